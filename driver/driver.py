@@ -1,0 +1,271 @@
+"""The kernel-mode-driver analogue: the host side of the device boundary.
+
+It enumerates devices on the platform, loads firmware and checks its version,
+manages physical memory and per-context address spaces, owns submission rings
+and doorbells, services interrupts, validates everything user space hands it,
+and decodes firmware error records. All entry points are thread-safe: one lock
+(the platform's) serialises the driver and the simulation it advances.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import namedtuple
+from math import prod
+
+from driver.errors import DriverError, DriverStatus, FirmwareRecordError
+from driver.firmware_loader import load_and_check
+from driver.memory_manager import VA_WINDOW, AddressSpace, PhysicalAllocator
+from emulator.kernels import dtypes
+from firmware import FirmwareImage, Platform, abi
+
+log = logging.getLogger("seed.driver")
+
+# What user space describes a tensor operand with; the driver adds the context's asid.
+TensorRef = namedtuple("TensorRef", "host device address dtype shape strides")
+MAX_RANK = 12
+
+
+class Context:
+    def __init__(self, device: int, asid: int, space: AddressSpace):
+        self.device = device
+        self.asid = asid
+        self.space = space
+        self.fault: FirmwareRecordError | None = None
+
+
+class Queue:
+    def __init__(self, context: Context, ring_id: int):
+        self.context = context
+        self.device = context.device
+        self.ring_id = ring_id
+
+
+class Driver:
+    def __init__(self, config, image: FirmwareImage | None = None, host_clock=None):
+        self.platform = Platform(config)
+        self.lock = self.platform.lock
+        self.config = config
+        self.host_clock = host_clock
+        self._seq = itertools.count(1)
+        self._asids = itertools.count(1)
+        self._semaphores = itertools.count(1)
+        self.firmware_versions = []
+        self._contexts: dict[int, Context] = {}
+        self._physical = []
+        for endpoint in self.platform.endpoints:
+            self.firmware_versions.append(load_and_check(endpoint, image or FirmwareImage()))
+            endpoint.connect_interrupts(self._interrupt_handler(endpoint.index))
+            self._physical.append(PhysicalAllocator(endpoint.memory_bytes, endpoint.page_size))
+        self.interrupts = 0
+        self.resets = 0
+
+    # -- discovery -------------------------------------------------------
+    @property
+    def device_count(self) -> int:
+        return len(self.platform.endpoints)
+
+    def _endpoint(self, device: int):
+        if not isinstance(device, int) or not 0 <= device < self.device_count:
+            raise DriverError(DriverStatus.INVALID_DEVICE,
+                              f"device {device!r} does not exist; {self.device_count} devices "
+                              f"(0..{self.device_count - 1})")
+        return self.platform.endpoints[device]
+
+    def device_properties(self, device: int):
+        return self._endpoint(device).config
+
+    @property
+    def now_ns(self) -> float:
+        return self.platform.now_ns
+
+    # -- contexts and memory --------------------------------------------
+    def open_context(self, device: int) -> Context:
+        with self.lock:
+            endpoint = self._endpoint(device)
+            asid = next(self._asids)
+            endpoint.create_address_space(asid)
+            context = Context(device, asid, AddressSpace(device, asid, endpoint.page_size))
+            self._contexts[asid] = context
+            return context
+
+    def allocate(self, context: Context, nbytes: int) -> int:
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"allocation size must be a positive int, got {nbytes!r}")
+        with self.lock:
+            physical = self._physical[context.device]
+            size = physical.round_up(nbytes)
+            pa = physical.allocate(size)
+            if pa is None:
+                raise DriverError(DriverStatus.OUT_OF_MEMORY,
+                                  f"device {context.device}: cannot allocate {size} bytes "
+                                  f"({physical.free_bytes} free, largest free block {physical.largest_free})",
+                                  requested=size, free=physical.free_bytes)
+            va = context.space.reserve(size)
+            self._endpoint(context.device).map_pages(context.asid, va, pa, size)
+            context.space.mappings[va] = (pa, size)
+            return va
+
+    def release(self, context: Context, va: int) -> None:
+        with self.lock:
+            mapping = context.space.mappings.pop(va, None)
+            if mapping is None:
+                raise DriverError(DriverStatus.INVALID_HANDLE, f"0x{va:x} is not an allocation of this context")
+            self._endpoint(context.device).unmap_pages(context.asid, va)
+            self._physical[context.device].release(*mapping)
+
+    def memory_info(self, device: int) -> tuple[int, int]:
+        """(free, total) bytes of a device's physical memory."""
+        endpoint = self._endpoint(device)
+        return self._physical[device].free_bytes, endpoint.memory_bytes
+
+    @staticmethod
+    def device_of_address(va: int) -> int:
+        return va // VA_WINDOW - 1
+
+    # -- submission ------------------------------------------------------
+    def create_queue(self, context: Context) -> Queue:
+        with self.lock:
+            return Queue(context, self._endpoint(context.device).create_ring())
+
+    def new_semaphore(self, device: int) -> int:
+        self._endpoint(device)
+        return next(self._semaphores)
+
+    def _descriptor(self, ref, asid_of_device) -> abi.TensorDescriptor:
+        if not isinstance(ref, TensorRef):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"expected a TensorRef, got {type(ref).__name__}")
+        if ref.dtype not in dtypes.ITEMSIZE:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"unknown dtype code {ref.dtype!r}")
+        if len(ref.shape) != len(ref.strides) or len(ref.shape) > MAX_RANK:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"shape {ref.shape} and strides {ref.strides} must have the same rank <= {MAX_RANK}")
+        if any((not isinstance(v, int)) or v < 0 for v in (*ref.shape, *ref.strides)):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"shape {ref.shape} and strides {ref.strides} must be non-negative ints")
+        if not isinstance(ref.address, int) or (ref.address == 0 and prod(ref.shape) > 0):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid address {ref.address!r}")
+        if ref.host:
+            return abi.TensorDescriptor(abi.MemorySpace.HOST, -1, 0, ref.address, ref.dtype,
+                                        tuple(ref.shape), tuple(ref.strides))
+        self._endpoint(ref.device)
+        return abi.TensorDescriptor(abi.MemorySpace.DEVICE, ref.device, asid_of_device(ref.device),
+                                    ref.address, ref.dtype, tuple(ref.shape), tuple(ref.strides))
+
+    def submit_copy(self, queue: Queue, dst: TensorRef, src: TensorRef, peer_asids=None) -> int:
+        asid_of = self._asid_resolver(queue, peer_asids)
+        d, s = self._descriptor(dst, asid_of), self._descriptor(src, asid_of)
+        if d.shape != s.shape or dtypes.ITEMSIZE[d.dtype] != dtypes.ITEMSIZE[s.dtype] or d.dtype != s.dtype:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"copy needs equal shapes and dtypes, got {d.shape}/{d.dtype} and {s.shape}/{s.dtype}")
+        if d.space == s.space == abi.MemorySpace.HOST:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, "host-to-host copies are not a device operation")
+        return self._submit(queue, lambda seq: abi.CopyCommand(abi.Opcode.COPY, seq, queue.context.asid, d, s))
+
+    def submit_fill(self, queue: Queue, dst: TensorRef, value) -> int:
+        d = self._descriptor(dst, self._asid_resolver(queue, None))
+        if d.space != abi.MemorySpace.DEVICE or not isinstance(value, (bool, int, float)):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"fill needs device memory and a number, got {value!r}")
+        return self._submit(queue, lambda seq: abi.FillCommand(abi.Opcode.FILL, seq, queue.context.asid, d, value))
+
+    def submit_launch(self, queue: Queue, kernel: str, args: tuple) -> int:
+        asid_of = self._asid_resolver(queue, None)
+        resolved = tuple(self._descriptor(a, asid_of) if isinstance(a, TensorRef) else a for a in args)
+        for a in resolved:
+            if not isinstance(a, (abi.TensorDescriptor, bool, int, float, str, type(None))):
+                raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
+        return self._submit(queue, lambda seq: abi.LaunchCommand(abi.Opcode.LAUNCH, seq, queue.context.asid,
+                                                                kernel, resolved))
+
+    def submit_signal(self, queue: Queue, semaphore: int, value: int) -> int:
+        return self._submit(queue, lambda seq: abi.SignalCommand(abi.Opcode.SIGNAL, seq, queue.context.asid,
+                                                                semaphore, value))
+
+    def submit_wait(self, queue: Queue, device: int, semaphore: int, value: int) -> int:
+        self._endpoint(device)
+        return self._submit(queue, lambda seq: abi.WaitCommand(abi.Opcode.WAIT, seq, queue.context.asid,
+                                                              device, semaphore, value))
+
+    def _asid_resolver(self, queue: Queue, peer_asids):
+        def asid_of(device):
+            if device == queue.device:
+                return queue.context.asid
+            if peer_asids is None or device not in peer_asids:
+                raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                                  f"no context given for peer device {device}")
+            return peer_asids[device]
+        return asid_of
+
+    def _submit(self, queue: Queue, build) -> int:
+        with self.lock:
+            endpoint = self.platform.endpoints[queue.device]
+            while endpoint.ring_free_slots(queue.ring_id) == 0:
+                # Back-pressure: the host blocks until the firmware frees a slot.
+                self.platform.run_until(endpoint.ring_space_event(queue.ring_id))
+                self._host_waited_until(self.platform.now_ns)
+            seq = next(self._seq)
+            endpoint.write_ring(queue.ring_id, self._host_now(), build(seq))
+            endpoint.ring_doorbell(queue.ring_id)
+            return seq
+
+    def _host_now(self) -> float:
+        return self.host_clock.now_ns if self.host_clock is not None else self.platform.now_ns
+
+    def _host_waited_until(self, t: float) -> None:
+        if self.host_clock is not None:
+            self.host_clock.wait_until(t)
+
+    # -- completion ------------------------------------------------------
+    def semaphore_value(self, device: int, semaphore: int) -> int:
+        return self._endpoint(device).semaphore_value(semaphore)
+
+    def wait_semaphore(self, device: int, semaphore: int, value: int) -> float:
+        """Blocks the host until the semaphore reaches ``value``; returns the device time it did."""
+        with self.lock:
+            endpoint = self._endpoint(device)
+            if endpoint.semaphore_value(semaphore) < value:
+                try:
+                    self.platform.run_until(endpoint.semaphore_event(semaphore, value))
+                except Exception as err:
+                    raise DriverError(DriverStatus.DEADLOCK,
+                                      f"device {device}: semaphore {semaphore} can never reach {value} "
+                                      f"(it is at {endpoint.semaphore_value(semaphore)}): {err}") from err
+            t = endpoint.semaphore_time_ns(semaphore)
+            self._host_waited_until(t)
+            return t
+
+    def _interrupt_handler(self, device: int):
+        def handle(vector, payload):
+            self.interrupts += 1
+            if vector == abi.Irq.ERROR:
+                context = self._contexts.get(payload.asid)
+                if context is not None and context.fault is None:
+                    context.fault = FirmwareRecordError(payload)
+        return handle
+
+    def check_context(self, context: Context) -> None:
+        """Raises the context's sticky fault, if any."""
+        if context.fault is not None:
+            raise context.fault
+
+    # -- recovery --------------------------------------------------------
+    def recover(self, device: int, reason: str) -> dict:
+        """Dumps state, drains the device and clears its contexts' faults. Safe to call twice."""
+        with self.lock:
+            endpoint = self._endpoint(device)
+            contexts = [c for c in self._contexts.values() if c.device == device]
+            dump = {
+                "device": device, "reason": reason, "sim_time_ns": self.platform.now_ns,
+                "faults": [c.fault.record._asdict() for c in contexts if c.fault is not None],
+                "memory_used": self._physical[device].used,
+            }
+            log.warning("recovering device %d: %s; state %s", device, reason, dump)
+            self.platform.system.run_all()
+            for context in contexts:
+                context.fault = None
+                endpoint.clear_context_fault(context.asid)
+            self.resets += 1
+            return dump
+
+    def telemetry(self, device: int) -> dict:
+        return self._endpoint(device).telemetry()

@@ -1,0 +1,39 @@
+"""Driver statuses and the error that carries them.
+
+A ``DriverError`` has a ``status`` and, for device faults, the firmware's
+``ErrorRecord``; the runtime chains its own errors to it.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class DriverStatus(IntEnum):
+    SUCCESS = 0
+    INVALID_ARGUMENT = 1
+    INVALID_DEVICE = 2
+    OUT_OF_MEMORY = 3
+    FIRMWARE_VERSION_MISMATCH = 4
+    INVALID_HANDLE = 5
+    CONTEXT_FAULTED = 6     # a page fault or kernel fault poisoned the context (sticky)
+    DEADLOCK = 7            # a wait no queued command can satisfy
+    NOT_INITIALIZED = 8
+
+
+class DriverError(Exception):
+    def __init__(self, status: DriverStatus, message: str, record=None, **details):
+        self.status = status
+        self.record = record
+        self.details = details
+        super().__init__(f"[{status.name}] {message}")
+
+
+class FirmwareRecordError(DriverError):
+    """A firmware error record, decoded: the root of a device-fault cause chain."""
+
+    def __init__(self, record):
+        super().__init__(DriverStatus.CONTEXT_FAULTED,
+                         f"firmware reported {record.status.name if hasattr(record.status, 'name') else record.status}"
+                         f" on device {record.device} ring {record.ring} command {record.seq} "
+                         f"in {record.unit}" + (f" at 0x{record.address:x}" if record.address is not None else "")
+                         + f" (t={record.sim_time_ns:.0f} ns): {record.detail}", record=record)

@@ -1,0 +1,44 @@
+"""DMA engines, the host link and the device-to-device interconnect.
+
+A copy holds one DMA engine for its whole duration and, while bytes cross the
+host link or the interconnect, that link direction too, so concurrent copies
+share link bandwidth. Duration = setup + link latency + bytes / bandwidth, where
+the bandwidth is the narrower of the link and HBM. The bytes really move (the
+strided copy kernel) when the modelled transfer completes.
+
+Left out: descriptor chaining, scatter-gather page walks, link packet overheads.
+"""
+from __future__ import annotations
+
+import simpy
+
+from emulator.config import DmaConfig, HostLinkConfig, InterconnectConfig
+
+
+class HostLink:
+    def __init__(self, env, config: HostLinkConfig):
+        self.config = config
+        self.to_device = simpy.Resource(env, capacity=1)
+        self.to_host = simpy.Resource(env, capacity=1)
+        self.bytes_to_device = 0
+        self.bytes_to_host = 0
+
+
+class Interconnect:
+    def __init__(self, env, config: InterconnectConfig):
+        self.config = config
+        self.link = simpy.Resource(env, capacity=1)
+        self.bytes_moved = 0
+
+
+class DmaEngines:
+    def __init__(self, env, config: DmaConfig, device_index: int):
+        self.env = env
+        self.config = config
+        self.device_index = device_index
+        self.engines = simpy.Resource(env, capacity=config.engines)
+        self.copies = 0
+        self.busy_ns = 0.0
+
+    def transfer_ns(self, nbytes: int, bandwidth_gb_per_s: float, latency_ns: float) -> float:
+        return self.config.setup_ns + latency_ns + nbytes / bandwidth_gb_per_s

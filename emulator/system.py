@@ -1,0 +1,56 @@
+"""The emulated system: one SimPy environment shared by every device of a host.
+
+All devices live in one environment so inter-device traffic and time are
+consistent. The simulation advances only when the host asks (``run_until``),
+which is how many commands get processed in one batch.
+"""
+from __future__ import annotations
+
+import threading
+
+import simpy
+
+from emulator.config import SystemConfig
+from emulator.device import EmulatedDevice
+from emulator.dma import HostLink, Interconnect
+from emulator.errors import EmulatorBug
+
+
+class Deadlock(EmulatorBug):
+    """The host waited on an event that no scheduled work can ever trigger."""
+
+
+class EmulatedSystem:
+    def __init__(self, config: SystemConfig):
+        self.config = config
+        self.env = simpy.Environment()
+        # The DES is not re-entrant; every host thread that advances it takes this lock.
+        self.lock = threading.RLock()
+        self.host_link = HostLink(self.env, config.host_link)
+        self.interconnect = Interconnect(self.env, config.interconnect)
+        self.devices = [EmulatedDevice(self.env, config.device, i, self.host_link, self.interconnect)
+                        for i in range(config.num_devices)]
+        for device in self.devices:
+            device.peers = self.devices
+
+    @property
+    def now_ns(self) -> float:
+        return self.env.now
+
+    def run_until(self, event) -> None:
+        """Advance simulated time until ``event`` has been processed."""
+        with self.lock:
+            if event.processed:
+                return
+            try:
+                self.env.run(until=event)
+            except RuntimeError as err:
+                if "No scheduled events left" in str(err):
+                    raise Deadlock("the host waits for an event that no queued command will "
+                                   "ever signal (a wait on a fence nobody signals?)") from err
+                raise
+
+    def run_all(self) -> None:
+        """Run until no events are left (every queued command processed)."""
+        with self.lock:
+            self.env.run()

@@ -1,0 +1,23 @@
+"""Vector engine: SIMD lanes for elementwise, reduction and data-movement kernels.
+
+Cost = pipeline fill + ceil(elements / lanes) * cycles per element group.
+Left out: per-op latency tables, transcendental units, lane masking costs.
+"""
+from __future__ import annotations
+
+import simpy
+
+from emulator.config import VectorEngineConfig
+
+
+class VectorEngine:
+    def __init__(self, env, config: VectorEngineConfig, clock_ghz: float):
+        self.config = config
+        self.clock_ghz = clock_ghz
+        self.resource = simpy.Resource(env, capacity=1)
+        self.busy_ns = 0.0
+        self.kernels = 0
+
+    def elementwise_ns(self, elements: int, cycles_per_group: float = 1.0) -> float:
+        groups = -(-elements // self.config.lanes)
+        return (self.config.pipeline_cycles + groups * cycles_per_group) / self.clock_ghz

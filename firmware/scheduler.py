@@ -1,0 +1,199 @@
+"""Firmware running on a device's command processor.
+
+One SimPy process per submission ring reads commands in order, dispatches each
+to an engine (DMA engines, vector or matrix engine), waits its modelled time,
+then performs its functional effect on device memory. Signals write fence
+semaphores and raise a completion interrupt; faults become ``ErrorRecord``s
+raised as error interrupts. After a fault in a context, its later commands are
+not executed (status ABORTED) but its fences are still signalled so the host
+never waits forever; the driver reports the error at the next synchronisation.
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from math import prod
+
+from emulator.errors import HardwareFault
+from emulator.kernels import dtypes
+from emulator.kernels.library import KERNELS, Operand
+from firmware import abi
+from firmware.image import FirmwareImage
+
+log = logging.getLogger("seed.firmware")
+
+TRACE_ENTRIES = 200_000  # bounded timeline; aggregate statistics cover the whole run
+
+
+class KernelStats:
+    __slots__ = ("count", "busy_ns", "nbytes", "flops")
+
+    def __init__(self):
+        self.count, self.busy_ns, self.nbytes, self.flops = 0, 0.0, 0, 0
+
+
+class FirmwareInstance:
+    def __init__(self, device, image: FirmwareImage):
+        self.device = device
+        self.env = device.env
+        self.image = image
+        self.faulted_asids: dict[int, abi.ErrorRecord] = {}
+        self.trace: deque = deque(maxlen=TRACE_ENTRIES)
+        self.kernel_stats: dict[str, KernelStats] = {}
+        self.commands_executed = 0
+
+    # -- ring processing -------------------------------------------------
+    def start_ring(self, ring) -> None:
+        self.env.process(self._ring_process(ring))
+
+    def _ring_process(self, ring):
+        cp = self.device.command_processor.config
+        while True:
+            yield ring.doorbell()
+            submit_ns, command = ring.read()
+            if submit_ns > self.env.now:
+                yield self.env.timeout(submit_ns - self.env.now)
+            if cp.decode_ns:
+                yield self.env.timeout(cp.decode_ns)
+            op = command[0]
+            if op == abi.Opcode.SIGNAL:
+                self._signal(ring, command)
+                continue
+            if op == abi.Opcode.WAIT:
+                yield self.device.peers[command.device].command_processor.semaphores.wait(
+                    command.semaphore, command.value)
+                continue
+            if command.asid in self.faulted_asids:
+                continue  # ABORTED: the context is poisoned, skip the work, keep fences moving
+            try:
+                yield from self._execute(ring, command)
+            except HardwareFault as fault:
+                self._record_error(ring, command, fault)
+            except Exception as err:  # a kernel rejected its operands: a kernel fault
+                self._record_error(ring, command, err)
+            self.commands_executed += 1
+
+    def _signal(self, ring, command):
+        sems = self.device.command_processor.semaphores
+        sems.signal(command.semaphore, command.value)
+        self.device.interrupts.raise_irq(abi.Irq.COMPLETION, abi.Completion(
+            self.device.index, ring.ring_id, command.seq, command.semaphore, command.value, self.env.now))
+
+    def _record_error(self, ring, command, err):
+        if isinstance(err, HardwareFault):
+            rec = err.record
+            status = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS_ERROR,
+                      "unknown_kernel": abi.Status.UNKNOWN_KERNEL}.get(
+                rec.kind, abi.Status.KERNEL_FAULT)
+            unit, address, detail = rec.unit, rec.address, rec.detail
+        else:
+            status, unit, address = abi.Status.KERNEL_FAULT, self._unit_of(command), None
+            detail = f"{type(err).__name__}: {err}"
+        record = abi.ErrorRecord(status, self.device.index, ring.ring_id, command.seq, command.asid,
+                                 unit, address, self.env.now, detail)
+        self.faulted_asids[command.asid] = record
+        log.info("device %d: %s", self.device.index, record)
+        self.device.interrupts.raise_irq(abi.Irq.ERROR, record)
+
+    @staticmethod
+    def _unit_of(command) -> str:
+        if command.opcode == abi.Opcode.COPY:
+            return "dma"
+        if command.opcode == abi.Opcode.LAUNCH:
+            return KERNELS[command.kernel].engine + "_engine" if command.kernel in KERNELS else "command_processor"
+        return "vector_engine"
+
+    # -- execution ---------------------------------------------------------
+    def _execute(self, ring, command):
+        op = command.opcode
+        if op == abi.Opcode.COPY:
+            yield from self._copy(ring, command)
+        elif op == abi.Opcode.FILL:
+            yield from self._run_kernel(ring, command, "fill", (command.dst, command.value))
+        elif op == abi.Opcode.LAUNCH:
+            yield from self._run_kernel(ring, command, command.kernel, command.args)
+        else:
+            raise ValueError(f"invalid opcode {op}")
+
+    def _resolve(self, desc: abi.TensorDescriptor, unit: str) -> Operand:
+        itemsize = dtypes.ITEMSIZE[desc.dtype]
+        if 0 in desc.shape:
+            return Operand(0, desc.dtype, desc.shape, desc.strides)
+        span = (sum((n - 1) * s for n, s in zip(desc.shape, desc.strides)) + 1) * itemsize
+        if desc.space == abi.MemorySpace.HOST:
+            return Operand(desc.address, desc.dtype, desc.shape, desc.strides)
+        device = self.device.peers[desc.device]
+        physical = device.mmu.translate(desc.asid, desc.address, span, unit)
+        return Operand(device.hbm.host_address(physical, span), desc.dtype, desc.shape, desc.strides)
+
+    def _resolve_args(self, args, unit):
+        return tuple(self._resolve(a, unit) if isinstance(a, abi.TensorDescriptor) else a for a in args)
+
+    def _copy(self, ring, command):
+        dst, src = command.dst, command.src
+        dev = self.device
+        nbytes = prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
+        if src.space == abi.MemorySpace.HOST:
+            link, cfg, counter = dev.host_link.to_device, dev.host_link.config, "h2d"
+        elif dst.space == abi.MemorySpace.HOST:
+            link, cfg, counter = dev.host_link.to_host, dev.host_link.config, "d2h"
+        elif dst.device != src.device:
+            link, cfg, counter = dev.interconnect.link, dev.interconnect.config, "p2p"
+        else:
+            link, cfg, counter = None, None, "d2d"
+        if link is None:
+            duration = dev.dma.config.setup_ns + 2 * dev.hbm.transfer_ns(nbytes)
+        else:
+            bandwidth = min(cfg.bandwidth_gb_per_s, dev.hbm.config.bandwidth_gb_per_s)
+            duration = dev.dma.transfer_ns(nbytes, bandwidth, cfg.latency_ns)
+        with dev.dma.engines.request() as engine:
+            yield engine
+            start = self.env.now
+            if link is None:
+                yield self.env.timeout(duration)
+            else:
+                with link.request() as lane:
+                    yield lane
+                    yield self.env.timeout(duration)
+            out = self._resolve(dst, "dma")
+            inp = self._resolve(src, "dma")
+            KERNELS["copy"].run(out, inp)
+        dev.dma.copies += 1
+        dev.dma.busy_ns += self.env.now - start
+        self._account(ring, command, f"memcpy_{counter}", "dma", start, nbytes, 0)
+
+    def _run_kernel(self, ring, command, name, args):
+        kernel = KERNELS.get(name)
+        if kernel is None:
+            raise HardwareFault(_unknown_kernel(self, name))
+        engine = self.device.engine(kernel.engine)
+        unit = kernel.engine + "_engine"
+        with engine.resource.request() as slot:
+            yield slot
+            start = self.env.now
+            operands = self._resolve_args(args, unit)
+            duration, nbytes, flops = kernel.cost(self.device, *operands)
+            launch = self.device.command_processor.config.launch_ns if name != "fill" else 0.0
+            yield self.env.timeout(launch + duration)
+            kernel.run(*operands)
+        engine.busy_ns += self.env.now - start
+        engine.kernels += 1
+        label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
+        self._account(ring, command, label, unit, start, nbytes, flops)
+
+    def _account(self, ring, command, name, engine, start, nbytes, flops):
+        self.trace.append(abi.TraceEntry(self.device.index, ring.ring_id, command.seq, name, engine,
+                                         start, self.env.now, nbytes, flops))
+        stats = self.kernel_stats.get(name)
+        if stats is None:
+            stats = self.kernel_stats[name] = KernelStats()
+        stats.count += 1
+        stats.busy_ns += self.env.now - start
+        stats.nbytes += nbytes
+        stats.flops += flops
+
+
+def _unknown_kernel(instance, name):
+    from emulator.errors import FaultRecord
+    return FaultRecord("unknown_kernel", "command_processor", instance.device.index, None,
+                       instance.env.now, f"no kernel named {name!r} in the device kernel library")

@@ -1,0 +1,11 @@
+"""User-mode runtime of the Seed device: devices, streams, events, memory, launches."""
+from driver import TensorRef
+from runtime.errors import (DeviceFaultError, EmuError, ErrorCode, InitializationError, InvalidDeviceError,
+                            InvalidValueError, OutOfMemoryError, Scope, StreamError)
+from runtime.runtime import Runtime, configured_device_count, get_runtime, is_initialized
+from runtime.settings import Settings
+from runtime.stream import Event, Stream
+
+__all__ = ["TensorRef", "Runtime", "get_runtime", "is_initialized", "configured_device_count", "Settings",
+           "Stream", "Event", "EmuError", "ErrorCode", "Scope", "DeviceFaultError", "InitializationError",
+           "InvalidDeviceError", "InvalidValueError", "OutOfMemoryError", "StreamError"]

@@ -1,0 +1,148 @@
+"""Caching device allocator with statistics (the CUDA caching allocator's idea).
+
+Freed blocks stay reserved and are reused for requests of the same rounded size
+on the same stream, which keeps driver calls (and page-table writes) off the hot
+path. A block used on other streams (``record_stream``) is reusable only after
+those streams pass the point where it was freed. When the driver runs out of
+memory, every cached block is released and the allocation retried once.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from driver import DriverError, DriverStatus
+from runtime.errors import OutOfMemoryError
+
+SMALL = 1 << 20
+SMALL_ROUND = 512
+LARGE_ROUND = 2 << 20
+
+
+def rounded_size(nbytes: int) -> int:
+    unit = SMALL_ROUND if nbytes < SMALL else LARGE_ROUND
+    return -(-nbytes // unit) * unit
+
+
+class Block:
+    __slots__ = ("address", "size", "requested", "stream", "other_streams")
+
+    def __init__(self, address, size, requested, stream):
+        self.address, self.size, self.requested, self.stream = address, size, requested, stream
+        self.other_streams = set()
+
+
+class CachingAllocator:
+    def __init__(self, driver, context, device: int):
+        self.driver = driver
+        self.context = context
+        self.device = device
+        self._live: dict[int, Block] = {}
+        self._cached: dict[tuple, list[Block]] = defaultdict(list)  # (stream id, size) -> blocks
+        self._deferred: list[tuple[Block, list]] = []  # freed blocks waiting for other streams
+        self.allocated = self.reserved = 0
+        self.peak_allocated = self.peak_reserved = 0
+        self.num_allocs = self.num_frees = self.cache_hits = self.num_driver_allocs = 0
+        self.num_ooms = 0
+
+    def malloc(self, nbytes: int, stream) -> int:
+        size = rounded_size(nbytes)
+        self._reclaim_deferred()
+        pool = self._cached.get((stream.stream_id, size))
+        if pool:
+            block = pool.pop()
+            self.cache_hits += 1
+        else:
+            block = Block(self._driver_allocate(size, nbytes), size, nbytes, stream)
+        block.requested, block.stream = nbytes, stream
+        self._live[block.address] = block
+        self.allocated += size
+        self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.num_allocs += 1
+        return block.address
+
+    def _driver_allocate(self, size: int, requested: int) -> int:
+        for attempt in range(2):
+            try:
+                address = self.driver.allocate(self.context, size)
+            except DriverError as err:
+                if err.status != DriverStatus.OUT_OF_MEMORY:
+                    raise
+                if attempt == 0:
+                    self.empty_cache()
+                    continue
+                self.num_ooms += 1
+                free, total = self.driver.memory_info(self.device)
+                raise OutOfMemoryError(self.device, requested, self.allocated, self.reserved,
+                                       free, total) from err
+            self.reserved += size
+            self.peak_reserved = max(self.peak_reserved, self.reserved)
+            self.num_driver_allocs += 1
+            return address
+        raise AssertionError("unreachable")
+
+    def free(self, address: int) -> None:
+        block = self._live.pop(address)
+        self.allocated -= block.size
+        self.num_frees += 1
+        if block.other_streams:
+            marks = [(s, s.record_mark()) for s in block.other_streams]
+            block.other_streams = set()
+            self._deferred.append((block, marks))
+        else:
+            self._cached[(block.stream.stream_id, block.size)].append(block)
+
+    def record_stream(self, address: int, stream) -> None:
+        block = self._find(address)
+        if block is not None and stream is not block.stream:
+            block.other_streams.add(stream)
+
+    def _find(self, address: int):
+        block = self._live.get(address)
+        if block is not None:
+            return block
+        for block in self._live.values():
+            if block.address <= address < block.address + block.size:
+                return block
+        return None
+
+    def _reclaim_deferred(self) -> None:
+        if not self._deferred:
+            return
+        waiting = []
+        for block, marks in self._deferred:
+            if all(stream.mark_passed(mark) for stream, mark in marks):
+                self._cached[(block.stream.stream_id, block.size)].append(block)
+            else:
+                waiting.append((block, marks))
+        self._deferred = waiting
+
+    def empty_cache(self) -> None:
+        """Returns every cached block to the driver (deferred ones after their streams pass)."""
+        for block, marks in self._deferred:
+            for stream, mark in marks:
+                stream.wait_mark(mark)
+        self._reclaim_deferred()
+        for blocks in self._cached.values():
+            for block in blocks:
+                self.driver.release(self.context, block.address)
+                self.reserved -= block.size
+        self._cached.clear()
+
+    def reset_peak(self) -> None:
+        self.peak_allocated = self.allocated
+        self.peak_reserved = self.reserved
+
+    def stats(self) -> dict:
+        return {
+            "allocated_bytes.all.current": self.allocated,
+            "allocated_bytes.all.peak": self.peak_allocated,
+            "reserved_bytes.all.current": self.reserved,
+            "reserved_bytes.all.peak": self.peak_reserved,
+            "active.all.current": len(self._live),
+            "num_alloc_retries": 0,
+            "num_ooms": self.num_ooms,
+            "allocation.all.allocated": self.num_allocs,
+            "allocation.all.freed": self.num_frees,
+            "num_cache_hits": self.cache_hits,
+            "num_device_alloc": self.num_driver_allocs,
+        }

@@ -1,0 +1,84 @@
+"""Runtime error model: error codes and scopes (the cudaError_t analogue).
+
+Scopes say what an error poisons:
+- OPERATION: bad argument, out of memory; nothing else is affected.
+- STREAM: a wait that can never complete on a stream.
+- CONTEXT: a page fault or kernel fault; sticky, every later call on that
+  device's context fails the same way until ``recover``.
+- DEVICE: the device needs a reset (uncorrectable ECC, lost heartbeat).
+- JOB: distributed runs (rank/job failures).
+Every device error is chained (``raise ... from``) to the driver error, which
+holds the firmware error record.
+"""
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+
+class Scope(Enum):
+    OPERATION = "operation"
+    STREAM = "stream"
+    CONTEXT = "context"
+    DEVICE = "device"
+    JOB = "job"
+
+
+class ErrorCode(IntEnum):
+    SUCCESS = 0
+    INVALID_VALUE = 1
+    OUT_OF_MEMORY = 2
+    NOT_INITIALIZED = 3
+    INITIALIZATION_ERROR = 4
+    INVALID_DEVICE = 101
+    INVALID_CONFIGURATION = 102
+    FIRMWARE_VERSION_MISMATCH = 103
+    ILLEGAL_ADDRESS = 700        # MMU page fault
+    KERNEL_FAULT = 701
+    DEADLOCK = 702
+
+
+class EmuError(Exception):
+    code = ErrorCode.INVALID_VALUE
+    scope = Scope.OPERATION
+
+    def __init__(self, message: str, code: ErrorCode | None = None, scope: Scope | None = None):
+        if code is not None:
+            self.code = code
+        if scope is not None:
+            self.scope = scope
+        super().__init__(f"{message} [error {int(self.code)} {self.code.name}, scope {self.scope.value}]")
+
+
+class InvalidValueError(EmuError):
+    code = ErrorCode.INVALID_VALUE
+
+
+class InvalidDeviceError(EmuError):
+    code = ErrorCode.INVALID_DEVICE
+
+
+class InitializationError(EmuError):
+    code = ErrorCode.INITIALIZATION_ERROR
+
+
+class OutOfMemoryError(EmuError):
+    code = ErrorCode.OUT_OF_MEMORY
+
+    def __init__(self, device: int, requested: int, allocated: int, reserved: int, free: int, total: int):
+        self.device, self.requested, self.allocated, self.reserved, self.free = device, requested, allocated, reserved, free
+        super().__init__(
+            f"emu:{device} out of memory: tried to allocate {requested} bytes; {allocated} bytes allocated "
+            f"by tensors, {reserved} bytes reserved by the caching allocator, {free} bytes free of {total}")
+
+
+class DeviceFaultError(EmuError):
+    """A fault the device reported while executing queued work (sticky for its context)."""
+    scope = Scope.CONTEXT
+
+    def __init__(self, message: str, code: ErrorCode):
+        super().__init__(message, code=code)
+
+
+class StreamError(EmuError):
+    scope = Scope.STREAM
+    code = ErrorCode.DEADLOCK

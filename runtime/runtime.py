@@ -1,0 +1,298 @@
+"""The user-mode runtime (CUDA-runtime analogue) the torch plugin builds on.
+
+Launches and copies are asynchronous: they are written to a stream's ring and
+the simulation runs later, when the host synchronises. A device fault is
+reported by the next synchronising call (or by the faulting call itself under
+``EMU_LAUNCH_BLOCKING=1``) and is sticky for the context.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+
+from driver import Driver, DriverError, DriverStatus, TensorRef
+from emulator.errors import ConfigError
+from runtime import errors
+from runtime.allocator import CachingAllocator
+from runtime.host_clock import HostClock
+from runtime.settings import Settings
+from runtime.stream import Event, Stream
+
+log = logging.getLogger("seed.runtime")
+
+
+def translate_driver_error(err: DriverError) -> errors.EmuError:
+    status = err.status
+    if status == DriverStatus.INVALID_DEVICE:
+        return errors.InvalidDeviceError(str(err))
+    if status == DriverStatus.FIRMWARE_VERSION_MISMATCH:
+        return errors.InitializationError(str(err), code=errors.ErrorCode.FIRMWARE_VERSION_MISMATCH)
+    if status == DriverStatus.CONTEXT_FAULTED:
+        page_fault = err.record is not None and getattr(err.record.status, "name", "") == "PAGE_FAULT"
+        code = errors.ErrorCode.ILLEGAL_ADDRESS if page_fault else errors.ErrorCode.KERNEL_FAULT
+        return errors.DeviceFaultError(f"device fault: {err}", code)
+    if status == DriverStatus.DEADLOCK:
+        return errors.StreamError(str(err))
+    return errors.InvalidValueError(str(err))
+
+
+class DeviceState:
+    """Per-device runtime state: the primary context, streams and the allocator."""
+
+    def __init__(self, runtime: "Runtime", index: int):
+        self.index = index
+        self.context = runtime.driver.open_context(index)
+        self._stream_ids = itertools.count(1)
+        self.streams = {0: Stream(runtime, index, 0, runtime.driver.create_queue(self.context))}
+        self.allocator = CachingAllocator(runtime.driver, self.context, index)
+
+
+class Runtime:
+    def __init__(self, settings: Settings | None = None, firmware_image=None):
+        self.settings = settings or Settings.from_environment()
+        try:
+            self.config = self.settings.load_config()
+        except ConfigError as err:
+            raise errors.EmuError(f"invalid hardware configuration: {err}",
+                                  code=errors.ErrorCode.INVALID_CONFIGURATION) from err
+        self.clock = HostClock(self.config.host.api_call_ns)
+        try:
+            self.driver = Driver(self.config, firmware_image, host_clock=self.clock)
+        except DriverError as err:
+            raise translate_driver_error(err) from err
+        self.lock = self.driver.lock
+        self.launch_blocking = self.settings.launch_blocking
+        self._devices: dict[int, DeviceState] = {}
+        self._events = itertools.count(1)
+
+    # -- devices ---------------------------------------------------------
+    @property
+    def device_count(self) -> int:
+        return self.driver.device_count
+
+    def device(self, index: int) -> DeviceState:
+        state = self._devices.get(index)
+        if state is None:
+            if not isinstance(index, int) or not 0 <= index < self.device_count:
+                raise errors.InvalidDeviceError(
+                    f"invalid device index {index!r}: the system has {self.device_count} emu devices "
+                    f"(indices 0..{self.device_count - 1})")
+            with self.lock:
+                state = self._devices.get(index)
+                if state is None:
+                    state = self._devices[index] = DeviceState(self, index)
+        return state
+
+    def has_context(self, index: int) -> bool:
+        return index in self._devices
+
+    def properties(self, index: int):
+        self.device(index)
+        return self.config.device
+
+    def _check(self, device: int) -> None:
+        ctx = self.device(device).context
+        if ctx.fault is not None:
+            raise translate_driver_error(ctx.fault) from ctx.fault
+
+    # -- memory ------------------------------------------------------------
+    def malloc(self, device: int, nbytes: int, stream_id: int = 0) -> int:
+        with self.lock:
+            state = self.device(device)
+            self.clock.charge_call()
+            return state.allocator.malloc(nbytes, self.stream(device, stream_id))
+
+    def free(self, device: int, address: int) -> None:
+        with self.lock:
+            self.device(device).allocator.free(address)
+
+    def record_stream(self, device: int, address: int, stream_id: int) -> None:
+        with self.lock:
+            self.device(device).allocator.record_stream(address, self.stream(device, stream_id))
+
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        self.device(device)
+        return self.driver.memory_info(device)
+
+    def empty_cache(self, device: int) -> None:
+        with self.lock:
+            self.device(device).allocator.empty_cache()
+
+    # -- streams and events ----------------------------------------------
+    def stream(self, device: int, stream_id: int = 0) -> Stream:
+        try:
+            return self.device(device).streams[stream_id]
+        except KeyError:
+            raise errors.InvalidValueError(f"emu:{device} has no stream {stream_id}") from None
+
+    def stream_create(self, device: int, priority: int = 0) -> Stream:
+        with self.lock:
+            state = self.device(device)
+            sid = next(state._stream_ids)
+            state.streams[sid] = Stream(self, device, sid, self.driver.create_queue(state.context), priority)
+            return state.streams[sid]
+
+    def wait_semaphore(self, device: int, semaphore: int, value: int) -> None:
+        with self.lock:
+            try:
+                self.driver.wait_semaphore(device, semaphore, value)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            self._check(device)
+
+    def stream_synchronize(self, stream: Stream) -> None:
+        with self.lock:
+            self.clock.charge_call()
+            self._check(stream.device)
+            stream.wait_mark(stream.record_mark())
+
+    def stream_query(self, stream: Stream) -> bool:
+        with self.lock:
+            mark = stream.record_mark()
+            # The device runs concurrently with the host: advance it to the host's present.
+            self._advance_to_host_time()
+            return stream.mark_passed(mark)
+
+    def _advance_to_host_time(self) -> None:
+        env = self.driver.platform.system.env
+        if self.clock.now_ns > env.now:
+            env.run(until=self.clock.now_ns)
+
+    def device_synchronize(self, device: int) -> None:
+        with self.lock:
+            for stream in list(self.device(device).streams.values()):
+                self.stream_synchronize(stream)
+
+    def event_create(self, device: int, enable_timing: bool = False) -> Event:
+        self.device(device)
+        return Event(self, device, enable_timing)
+
+    def event_record(self, event: Event, stream: Stream) -> None:
+        with self.lock:
+            self.clock.charge_call()
+            event.count += 1
+            event.device = stream.device
+            self.driver.submit_signal(stream.queue, event.semaphore, event.count)
+
+    def stream_wait_event(self, stream: Stream, event: Event) -> None:
+        if not event.recorded:
+            return  # like CUDA: waiting on a never-recorded event is a no-op
+        with self.lock:
+            self.clock.charge_call()
+            self.driver.submit_wait(stream.queue, event.device, event.semaphore, event.count)
+            stream.dirty = True
+
+    def event_query(self, event: Event) -> bool:
+        if not event.recorded:
+            return True
+        with self.lock:
+            self._advance_to_host_time()
+            return self.driver.semaphore_value(event.device, event.semaphore) >= event.count
+
+    def event_synchronize(self, event: Event) -> None:
+        if event.recorded:
+            self.clock.charge_call()
+            self.wait_semaphore(event.device, event.semaphore, event.count)
+
+    def event_elapsed_ms(self, start: Event, end: Event) -> float:
+        if not (start.enable_timing and end.enable_timing):
+            raise errors.InvalidValueError("elapsed_time needs both events created with enable_timing=True")
+        if not (start.recorded and end.recorded):
+            raise errors.InvalidValueError("elapsed_time needs both events recorded")
+        self.event_synchronize(start)
+        self.event_synchronize(end)
+        endpoint = self.driver.platform.endpoints
+        t0 = endpoint[start.device].semaphore_time_ns(start.semaphore)
+        t1 = endpoint[end.device].semaphore_time_ns(end.semaphore)
+        return (t1 - t0) / 1e6
+
+    # -- copies, fills, launches -----------------------------------------
+    def _after_submit(self, stream: Stream, blocking: bool) -> None:
+        stream.dirty = True
+        if blocking or self.launch_blocking:
+            self.stream_synchronize(stream)
+
+    def memcpy(self, dst: TensorRef, src: TensorRef, stream: Stream, blocking: bool = False) -> None:
+        """Copies between host and device memory, or between devices; same dtype and shape."""
+        with self.lock:
+            self.clock.charge_call()
+            self._check(stream.device)
+            peers = None
+            other = [r.device for r in (dst, src) if not r.host and r.device != stream.device]
+            if other:
+                peer = other[0]
+                peers = {peer: self.device(peer).context.asid}
+                # Order against the peer's current work on both sides of the copy.
+                peer_stream = self.stream(peer, 0)
+                before = self.event_create(peer)
+                self.event_record(before, peer_stream)
+                self.stream_wait_event(stream, before)
+            try:
+                self.driver.submit_copy(stream.queue, dst, src, peer_asids=peers)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            if other:
+                after = self.event_create(stream.device)
+                self.event_record(after, stream)
+                self.stream_wait_event(peer_stream, after)
+            self._after_submit(stream, blocking)
+
+    def memset(self, dst: TensorRef, value, stream: Stream) -> None:
+        with self.lock:
+            self.clock.charge_call()
+            self._check(stream.device)
+            try:
+                self.driver.submit_fill(stream.queue, dst, value)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            self._after_submit(stream, False)
+
+    def launch(self, kernel: str, args: tuple, stream: Stream) -> None:
+        with self.lock:
+            self.clock.charge_call()
+            self._check(stream.device)
+            try:
+                self.driver.submit_launch(stream.queue, kernel, args)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            self._after_submit(stream, False)
+
+    # -- recovery and telemetry ------------------------------------------
+    def recover(self, device: int, reason: str) -> dict:
+        with self.lock:
+            self.device(device)
+            return self.driver.recover(device, reason)
+
+    def telemetry(self, device: int) -> dict:
+        with self.lock:
+            data = dict(self.driver.telemetry(device))
+            data["host_time_ns"] = self.clock.now_ns
+            data["device_time_ns"] = self.driver.now_ns
+            data["api_calls"] = self.clock.api_calls
+            return data
+
+
+_runtime: Runtime | None = None
+_init_lock = threading.Lock()
+
+
+def get_runtime() -> Runtime:
+    """The process's runtime; created (and the emulated system powered on) on first use."""
+    global _runtime
+    if _runtime is None:
+        with _init_lock:
+            if _runtime is None:
+                _runtime = Runtime()
+    return _runtime
+
+
+def is_initialized() -> bool:
+    return _runtime is not None
+
+
+def configured_device_count() -> int:
+    """Devices the configuration describes, without powering the system on."""
+    if _runtime is not None:
+        return _runtime.device_count
+    return Settings.from_environment().load_config().num_devices

@@ -1,0 +1,60 @@
+"""Streams and events.
+
+A stream is a driver queue (one submission ring) plus a timeline semaphore.
+A *mark* is a value the stream signals on its semaphore once all work before it
+completed; synchronising a stream is signalling a new mark and waiting for it.
+An event owns its own semaphore: recording signals the next value on a stream,
+another stream waits for it with a WAIT command, and its timestamp is the
+simulated time the signal executed.
+"""
+from __future__ import annotations
+
+
+class Stream:
+    def __init__(self, runtime, device: int, stream_id: int, queue, priority: int = 0):
+        self._rt = runtime
+        self.device = device
+        self.stream_id = stream_id
+        self.queue = queue
+        self.priority = priority
+        self.semaphore = runtime.driver.new_semaphore(device)
+        self._last_mark = 0
+        self.dirty = False  # work submitted since the last mark
+
+    def record_mark(self) -> int:
+        if self.dirty or self._last_mark == 0:
+            self._last_mark += 1
+            self._rt.driver.submit_signal(self.queue, self.semaphore, self._last_mark)
+            self.dirty = False
+        return self._last_mark
+
+    def mark_passed(self, mark: int) -> bool:
+        return self._rt.driver.semaphore_value(self.device, self.semaphore) >= mark
+
+    def wait_mark(self, mark: int) -> None:
+        self._rt.wait_semaphore(self.device, self.semaphore, mark)
+
+    def synchronize(self) -> None:
+        self._rt.stream_synchronize(self)
+
+    def query(self) -> bool:
+        return self._rt.stream_query(self)
+
+    def __repr__(self) -> str:
+        return f"<runtime.Stream emu:{self.device} id={self.stream_id}>"
+
+
+class Event:
+    def __init__(self, runtime, device: int, enable_timing: bool = False):
+        self._rt = runtime
+        self.device = device
+        self.enable_timing = enable_timing
+        self.semaphore = runtime.driver.new_semaphore(device)
+        self.count = 0
+
+    @property
+    def recorded(self) -> bool:
+        return self.count > 0
+
+    def __repr__(self) -> str:
+        return f"<runtime.Event emu:{self.device} sem={self.semaphore} count={self.count}>"
