@@ -1,0 +1,380 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Elementwise arithmetic kernels of the device's vector engine.
+
+Models PyTorch CPU's TensorIterator arithmetic: every operand is loaded, cast to
+the compute dtype chosen by the caller (type promotion happens on the host),
+computed, and cast to the output dtype on store.  As in PyTorch, float16 and
+bfloat16 compute in float32 ("opmath") and round once on store, integers
+compute in int64 and wrap to their width, and add/sub with alpha is one fused
+multiply-add (PyTorch's vectorized add is ``fmadd(b, alpha, a)``).
+
+Broadcasting arrives as 0 strides.  Rows are processed in blocks of BLOCK
+elements through small scratch buffers, so the inner loops are tight typed
+loops with the dtype/op dispatch hoisted out of them.
+
+Left out: integer division / floor_divide / remainder, comparisons and
+bitwise ops, type promotion itself, and bit-exactness of transcendental
+functions (PyTorch uses SLEEF, this uses libm; both are within ~1 ulp).
+"""
+
+from libc.math cimport (fma, fmaf, exp, expf, log, logf, sqrt, sqrtf, tanh, tanhf,
+                        erf, erff, sin, sinf, cos, cosf, fabs, fabsf, NAN)
+
+include "_common.pxi"
+
+cdef enum:
+    OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN
+
+cdef enum:
+    U_RELU, U_NEG, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_RECIPROCAL
+    U_TANH, U_SIGMOID, U_SILU, U_GELU, U_GELU_TANH, U_SIN, U_COS
+
+_BINARY_OPS = {"add": OP_ADD, "sub": OP_SUB, "mul": OP_MUL, "div": OP_DIV,
+               "maximum": OP_MAX, "minimum": OP_MIN}
+_UNARY_OPS = {"relu": U_RELU, "neg": U_NEG, "abs": U_ABS, "exp": U_EXP, "log": U_LOG,
+              "sqrt": U_SQRT, "rsqrt": U_RSQRT, "reciprocal": U_RECIPROCAL, "tanh": U_TANH,
+              "sigmoid": U_SIGMOID, "silu": U_SILU, "gelu": U_GELU, "gelu_tanh": U_GELU_TANH,
+              "sin": U_SIN, "cos": U_COS}
+# Unary ops that are defined for integer tensors without promotion.
+_INTEGER_UNARY = frozenset({U_RELU, U_NEG, U_ABS})
+
+BINARY_OPS = tuple(_BINARY_OPS)
+UNARY_OPS = tuple(_UNARY_OPS)
+
+
+# ---------------------------------------------------------------------------
+# Block compute: x[i] = x[i] (op) y[i].  The scratch type selects the
+# arithmetic: float (f16/bf16/f32 compute), double (f64 compute, and bool
+# compute on 0/1 values), int64 (integer compute, wrapping).
+
+cdef void _binop(int op, acc_t* x, const acc_t* y, Py_ssize_t m, acc_t alpha) noexcept nogil:
+    cdef Py_ssize_t i
+    if op == OP_ADD:                     # sub arrives here with alpha negated
+        if alpha == 1:
+            for i in range(m):
+                if acc_t is int64_t:
+                    x[i] = <int64_t>(<uint64_t>x[i] + <uint64_t>y[i])
+                else:
+                    x[i] = x[i] + y[i]
+        else:
+            for i in range(m):
+                if acc_t is int64_t:
+                    x[i] = <int64_t>(<uint64_t>x[i] + <uint64_t>alpha * <uint64_t>y[i])
+                elif acc_t is float:
+                    x[i] = fmaf(y[i], alpha, x[i])
+                else:
+                    x[i] = fma(y[i], alpha, x[i])
+    elif op == OP_MUL:
+        for i in range(m):
+            if acc_t is int64_t:
+                x[i] = <int64_t>(<uint64_t>x[i] * <uint64_t>y[i])
+            else:
+                x[i] = x[i] * y[i]
+    elif op == OP_DIV:                   # floating compute only (checked by caller)
+        for i in range(m):
+            x[i] = x[i] / y[i]
+    elif op == OP_MAX:
+        # torch.maximum: NaN if either is NaN.  Ties (+0 vs -0) give the
+        # second operand, like PyTorch's vectorized path (x86 maxps).
+        for i in range(m):
+            if acc_t is int64_t:
+                x[i] = x[i] if x[i] > y[i] else y[i]
+            else:
+                if x[i] != x[i] or y[i] != y[i]:
+                    x[i] = NAN
+                else:
+                    x[i] = x[i] if x[i] > y[i] else y[i]
+    else:  # OP_MIN
+        for i in range(m):
+            if acc_t is int64_t:
+                x[i] = x[i] if x[i] < y[i] else y[i]
+            else:
+                if x[i] != x[i] or y[i] != y[i]:
+                    x[i] = NAN
+                else:
+                    x[i] = x[i] if x[i] < y[i] else y[i]
+
+
+cdef void _binary_rows(NdIter* it, char** ptrs, int op, int odt, int adt, int bdt, int cdt,
+                       acc_t alpha, acc_t* x, acc_t* y) noexcept nogil:
+    cdef Py_ssize_t n = iter_row_len(it)
+    cdef Py_ssize_t so = iter_row_stride(it, 0), sa = iter_row_stride(it, 1), sb = iter_row_stride(it, 2)
+    cdef Py_ssize_t j, m
+    while True:
+        j = 0
+        while j < n:
+            m = n - j if n - j < BLOCK else BLOCK
+            load_block(ptrs[1] + j * sa, sa, adt, m, x)
+            if adt != cdt:
+                round_block_to(x, m, cdt)
+            load_block(ptrs[2] + j * sb, sb, bdt, m, y)
+            if bdt != cdt:
+                round_block_to(y, m, cdt)
+            _binop(op, x, y, m, alpha)
+            if odt != cdt:               # the result has the compute dtype first
+                round_block_to(x, m, cdt)
+            store_block(x, m, odt, ptrs[0] + j * so, so)
+            j += m
+        if not iter_next_row(it, ptrs):
+            break
+
+
+cdef void _add_f32_contig(char** ptrs, Py_ssize_t n, int op) noexcept nogil:
+    """Fast path: contiguous float32 add/sub/mul with alpha 1 (auto-vectorizes)."""
+    cdef float* o = <float*>ptrs[0]
+    cdef const float* a = <const float*>ptrs[1]
+    cdef const float* b = <const float*>ptrs[2]
+    cdef Py_ssize_t i
+    if op == OP_ADD:
+        for i in range(n):
+            o[i] = a[i] + b[i]
+    elif op == OP_SUB:
+        for i in range(n):
+            o[i] = a[i] - b[i]
+    else:
+        for i in range(n):
+            o[i] = a[i] * b[i]
+
+
+def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
+           b_addr, b_dtype, b_strides, shape, compute_dtype, alpha=1):
+    """out = cast<out>(op(cast<compute>(a), cast<compute>(b))) elementwise over `shape`.
+
+    op: "add" (a + alpha*b), "sub" (a - alpha*b), "mul", "div" (true division,
+    floating compute only), "maximum", "minimum" (NaN-propagating).  Bool
+    compute: add/maximum = logical or, mul/minimum = logical and.
+    """
+    cdef int code, odt, adt, bdt, cdt
+    cdef NdIter it
+    cdef char* ptrs[3]
+    cdef float fx[BLOCK]
+    cdef float fy[BLOCK]
+    cdef double dx[BLOCK]
+    cdef double dy[BLOCK]
+    cdef int64_t ix[BLOCK]
+    cdef int64_t iy[BLOCK]
+    cdef float falpha = 1
+    cdef double dalpha = 1
+    cdef int64_t ialpha = 1
+    if op not in _BINARY_OPS:
+        raise ValueError(f"binary: unknown op {op!r} (expected one of {BINARY_OPS})")
+    code = _BINARY_OPS[op]
+    odt = check_dtype(out_dtype, "binary out_dtype")
+    adt = check_dtype(a_dtype, "binary a_dtype")
+    bdt = check_dtype(b_dtype, "binary b_dtype")
+    cdt = check_dtype(compute_dtype, "binary compute_dtype")
+
+    if cdt == DT_BOOL:
+        if code == OP_SUB:
+            raise ValueError("binary: subtraction of bool tensors is not supported (use logical_xor)")
+        if code == OP_DIV:
+            raise ValueError("binary: div needs a floating compute dtype, got bool")
+        # Bool values are computed as 0.0/1.0 doubles: or = max, and = min.
+        code = OP_MAX if code == OP_ADD or code == OP_MAX else OP_MIN
+    elif not is_floating(cdt):
+        if code == OP_DIV:
+            raise ValueError(f"binary: div needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
+        if isinstance(alpha, float) or not hasattr(alpha, "__index__"):
+            raise ValueError("binary: for integral compute, alpha must be an integer")
+        ialpha = <int64_t>(<uint64_t>(int(alpha) & 0xFFFFFFFFFFFFFFFF))
+        if code == OP_SUB:
+            ialpha = <int64_t>(0 - <uint64_t>ialpha)
+            code = OP_ADD
+    else:
+        dalpha = float(alpha)
+        if code == OP_SUB:
+            # a - alpha*b == fma(b, -alpha, a); plain sub (alpha 1) is kept
+            # as OP_SUB only for the contiguous fast path below.
+            dalpha = -dalpha
+            if dalpha != -1:
+                code = OP_ADD
+        falpha = <float>dalpha
+        # PyTorch converts alpha to the tensor's scalar type before widening
+        # it to opmath, so a float16/bfloat16 add sees a rounded alpha.
+        if cdt == DT_FLOAT16:
+            falpha = ek_round_f16(falpha)
+        elif cdt == DT_BFLOAT16:
+            falpha = ek_round_bf16(falpha)
+
+    iter_init(&it, shape, [out_strides, a_strides, b_strides],
+              [itemsize_of(odt), itemsize_of(adt), itemsize_of(bdt)], "binary")
+    if it.size == 0:
+        return
+    ptrs[0] = as_ptr(out_addr, "binary out_addr")
+    ptrs[1] = as_ptr(a_addr, "binary a_addr")
+    ptrs[2] = as_ptr(b_addr, "binary b_addr")
+
+    with nogil:
+        if (odt == DT_FLOAT32 and adt == DT_FLOAT32 and bdt == DT_FLOAT32 and cdt == DT_FLOAT32
+                and it.ndim == 1 and iter_row_stride(&it, 0) == 4 and iter_row_stride(&it, 1) == 4
+                and iter_row_stride(&it, 2) == 4
+                and (code == OP_MUL or code == OP_SUB or (code == OP_ADD and dalpha == 1))):
+            _add_f32_contig(ptrs, it.size, code)
+        else:
+            if code == OP_SUB:           # alpha is already -1 here
+                code = OP_ADD
+            if cdt == DT_BOOL or cdt == DT_FLOAT64:
+                _binary_rows(&it, ptrs, code, odt, adt, bdt, cdt, dalpha, dx, dy)
+            elif is_floating(cdt):
+                _binary_rows(&it, ptrs, code, odt, adt, bdt, cdt, falpha, fx, fy)
+            else:
+                _binary_rows(&it, ptrs, code, odt, adt, bdt, cdt, ialpha, ix, iy)
+
+
+# ---------------------------------------------------------------------------
+
+cdef void _unop(int op, acc_t* x, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef acc_t v
+    if op == U_RELU:
+        for i in range(m):                       # NaN and -0.0 pass through, like torch.relu
+            if x[i] < 0:
+                x[i] = 0
+    elif op == U_NEG:
+        for i in range(m):
+            if acc_t is int64_t:
+                x[i] = <int64_t>(0 - <uint64_t>x[i])
+            else:
+                x[i] = -x[i]
+    elif op == U_ABS:
+        for i in range(m):
+            if acc_t is int64_t:
+                x[i] = <int64_t>(0 - <uint64_t>x[i]) if x[i] < 0 else x[i]
+            elif acc_t is float:
+                x[i] = fabsf(x[i])
+            else:
+                x[i] = fabs(x[i])
+    # The rest are floating-only (checked by the caller).
+    elif acc_t is float:
+        if op == U_EXP:
+            for i in range(m):
+                x[i] = expf(x[i])
+        elif op == U_LOG:
+            for i in range(m):
+                x[i] = logf(x[i])
+        elif op == U_SQRT:
+            for i in range(m):
+                x[i] = sqrtf(x[i])
+        elif op == U_RSQRT:
+            for i in range(m):
+                x[i] = 1.0 / sqrtf(x[i])
+        elif op == U_RECIPROCAL:
+            for i in range(m):
+                x[i] = 1.0 / x[i]
+        elif op == U_TANH:
+            for i in range(m):
+                x[i] = tanhf(x[i])
+        elif op == U_SIGMOID:
+            for i in range(m):
+                x[i] = 1.0 / (1.0 + expf(-x[i]))
+        elif op == U_SILU:
+            for i in range(m):
+                x[i] = x[i] / (1.0 + expf(-x[i]))
+        elif op == U_GELU:
+            for i in range(m):
+                x[i] = 0.5 * x[i] * (1.0 + erff(x[i] * <float>0.70710678118654752440))
+        elif op == U_GELU_TANH:
+            for i in range(m):
+                v = x[i]
+                x[i] = 0.5 * v * (1.0 + tanhf(<float>0.79788456080286535588 * (v + <float>0.044715 * v * v * v)))
+        elif op == U_SIN:
+            for i in range(m):
+                x[i] = sinf(x[i])
+        elif op == U_COS:
+            for i in range(m):
+                x[i] = cosf(x[i])
+    elif acc_t is double:
+        if op == U_EXP:
+            for i in range(m):
+                x[i] = exp(x[i])
+        elif op == U_LOG:
+            for i in range(m):
+                x[i] = log(x[i])
+        elif op == U_SQRT:
+            for i in range(m):
+                x[i] = sqrt(x[i])
+        elif op == U_RSQRT:
+            for i in range(m):
+                x[i] = 1.0 / sqrt(x[i])
+        elif op == U_RECIPROCAL:
+            for i in range(m):
+                x[i] = 1.0 / x[i]
+        elif op == U_TANH:
+            for i in range(m):
+                x[i] = tanh(x[i])
+        elif op == U_SIGMOID:
+            for i in range(m):
+                x[i] = 1.0 / (1.0 + exp(-x[i]))
+        elif op == U_SILU:
+            for i in range(m):
+                x[i] = x[i] / (1.0 + exp(-x[i]))
+        elif op == U_GELU:
+            for i in range(m):
+                x[i] = 0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440))
+        elif op == U_GELU_TANH:
+            for i in range(m):
+                v = x[i]
+                x[i] = 0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)))
+        elif op == U_SIN:
+            for i in range(m):
+                x[i] = sin(x[i])
+        elif op == U_COS:
+            for i in range(m):
+                x[i] = cos(x[i])
+
+
+cdef void _unary_rows(NdIter* it, char** ptrs, int op, int odt, int adt, int cdt, acc_t* x) noexcept nogil:
+    cdef Py_ssize_t n = iter_row_len(it), so = iter_row_stride(it, 0), sa = iter_row_stride(it, 1)
+    cdef Py_ssize_t j, m
+    while True:
+        j = 0
+        while j < n:
+            m = n - j if n - j < BLOCK else BLOCK
+            load_block(ptrs[1] + j * sa, sa, adt, m, x)
+            if adt != cdt:
+                round_block_to(x, m, cdt)
+            _unop(op, x, m)
+            if odt != cdt:
+                round_block_to(x, m, cdt)
+            store_block(x, m, odt, ptrs[0] + j * so, so)
+            j += m
+        if not iter_next_row(it, ptrs):
+            break
+
+
+def unary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, shape, compute_dtype):
+    """out = cast<out>(op(cast<compute>(a))) elementwise over `shape`.
+
+    op: relu, neg, abs (any non-bool compute dtype); exp, log, sqrt, rsqrt,
+    reciprocal, tanh, sigmoid, silu, gelu (erf), gelu_tanh, sin, cos
+    (floating compute dtype only).
+    """
+    cdef int code, odt, adt, cdt
+    cdef NdIter it
+    cdef char* ptrs[2]
+    cdef float fx[BLOCK]
+    cdef double dx[BLOCK]
+    cdef int64_t ix[BLOCK]
+    if op not in _UNARY_OPS:
+        raise ValueError(f"unary: unknown op {op!r} (expected one of {UNARY_OPS})")
+    code = _UNARY_OPS[op]
+    odt = check_dtype(out_dtype, "unary out_dtype")
+    adt = check_dtype(a_dtype, "unary a_dtype")
+    cdt = check_dtype(compute_dtype, "unary compute_dtype")
+    if cdt == DT_BOOL:
+        raise ValueError(f"unary: {op} is not supported for bool tensors")
+    if not is_floating(cdt) and code not in _INTEGER_UNARY:
+        raise ValueError(f"unary: {op} needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
+
+    iter_init(&it, shape, [out_strides, a_strides], [itemsize_of(odt), itemsize_of(adt)], "unary")
+    if it.size == 0:
+        return
+    ptrs[0] = as_ptr(out_addr, "unary out_addr")
+    ptrs[1] = as_ptr(a_addr, "unary a_addr")
+    with nogil:
+        if cdt == DT_FLOAT64:
+            _unary_rows(&it, ptrs, code, odt, adt, cdt, dx)
+        elif is_floating(cdt):
+            _unary_rows(&it, ptrs, code, odt, adt, cdt, fx)
+        else:
+            _unary_rows(&it, ptrs, code, odt, adt, cdt, ix)

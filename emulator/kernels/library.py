@@ -1,0 +1,148 @@
+"""The device's kernel library: each kernel's functional body and cost model.
+
+A kernel is named in a launch command. Firmware resolves the command's tensor
+descriptors to ``Operand``s (host pointers into HBM after MMU translation) and
+asks this table which engine runs the kernel, how long it takes, and then runs
+the functional body, a Cython routine that reads and writes device memory.
+
+The cost model is the roofline of the engine: the larger of compute time on the
+engine and the time to stream the operands through HBM.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from math import prod
+from typing import Callable, NamedTuple
+
+from emulator.kernels import dtypes
+
+
+class Operand(NamedTuple):
+    addr: int            # host pointer of element [0, ..., 0]
+    dtype: int           # emulator.kernels.dtypes code
+    shape: tuple
+    strides: tuple       # in elements
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * dtypes.ITEMSIZE[self.dtype]
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    engine: str                          # "vector" | "matrix"
+    run: Callable                        # run(*args) on resolved operands
+    cost: Callable                       # cost(device, *args) -> (ns, bytes, flops)
+
+
+_loaded: dict = {}
+
+
+def _module(name: str):
+    # Imported on first launch so that importing the emulator needs no compiled code.
+    module = _loaded.get(name)
+    if module is None:
+        module = _loaded[name] = importlib.import_module(f"emulator.kernels.{name}")
+    return module
+
+
+def _roofline(device, compute_ns: float, nbytes: int, flops: int):
+    return max(compute_ns, device.hbm.transfer_ns(nbytes)), nbytes, flops
+
+
+def _vector_cost(cycles_per_group: float, flops_per_element: int = 1):
+    def cost(device, *args):
+        operands = [a for a in args if isinstance(a, Operand)]
+        out = operands[0]
+        moved = sum(o.nbytes for o in operands)
+        return _roofline(device, device.vector_engine.elementwise_ns(out.numel, cycles_per_group),
+                         moved, out.numel * flops_per_element)
+    return cost
+
+
+def _copy(dst: Operand, src: Operand):
+    _module('strided').copy_cast(dst.addr, dst.dtype, dst.strides, src.addr, src.dtype, src.strides, dst.shape)
+
+
+def _fill(dst: Operand, value):
+    _module('strided').fill(dst.addr, dst.dtype, dst.strides, dst.shape, value)
+
+
+def _binary(op: str, out: Operand, a: Operand, b: Operand, compute_dtype: int, alpha):
+    _module('elementwise').binary(op, out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides,
+                         b.addr, b.dtype, b.strides, out.shape, compute_dtype, alpha)
+
+
+def _unary(op: str, out: Operand, a: Operand, compute_dtype: int):
+    _module('elementwise').unary(op, out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides,
+                        out.shape, compute_dtype)
+
+
+def _matmul(out: Operand, a: Operand, b: Operand, c: Operand | None, beta: float, alpha: float):
+    M, K = a.shape
+    N = b.shape[1]
+    if c is None:
+        c_addr, c_dtype, c_strides = 0, out.dtype, (0, 0)
+    else:
+        c_addr, c_dtype, c_strides = c.addr, c.dtype, c.strides
+    _module('gemm').matmul(out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides,
+                         b.addr, b.dtype, b.strides, M, N, K, beta, c_addr, c_dtype, c_strides, alpha)
+
+
+def _matmul_cost(device, out, a, b, c, beta, alpha):
+    M, K = a.shape
+    N = b.shape[1]
+    moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0)
+    return _roofline(device, device.matrix_engine.gemm_ns(M, N, K), moved, 2 * M * N * K)
+
+
+def _uniform(out: Operand, seed: int, offset: int, low: float, high: float):
+    _module('random').uniform(out.addr, out.dtype, out.strides, out.shape, seed, offset, low, high)
+
+
+def _normal(out: Operand, seed: int, offset: int, mean: float, std: float):
+    _module('random').normal(out.addr, out.dtype, out.strides, out.shape, seed, offset, mean, std)
+
+
+def _randint(out: Operand, seed: int, offset: int, low: int, high: int):
+    _module('random').randint(out.addr, out.dtype, out.strides, out.shape, seed, offset, low, high)
+
+
+def _bernoulli(out: Operand, seed: int, offset: int, p: Operand | None, p_scalar: float):
+    if p is None:
+        p_addr, p_dtype, p_strides = 0, dtypes.FLOAT32, out.strides
+    else:
+        p_addr, p_dtype, p_strides = p.addr, p.dtype, p.strides
+    _module('random').bernoulli(out.addr, out.dtype, out.strides, out.shape, seed, offset,
+                            p_addr, p_dtype, p_strides, p_scalar)
+
+
+def _arange(out: Operand, n: int, start, step):
+    _module("sequence").arange(out.addr, out.dtype, out.strides[0], n, start, step)
+
+
+def _linspace(out: Operand, steps: int, start: float, end: float):
+    _module("sequence").linspace(out.addr, out.dtype, out.strides[0], steps, start, end)
+
+
+KERNELS: dict[str, Kernel] = {k.name: k for k in (
+    Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
+    Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
+    Kernel("binary", "vector", lambda op, *rest: _binary(op, *rest),
+           lambda device, op, *rest: _vector_cost(1.0)(device, *rest)),
+    Kernel("unary", "vector", lambda op, *rest: _unary(op, *rest),
+           lambda device, op, *rest: _vector_cost(2.0)(device, *rest)),
+    Kernel("matmul", "matrix", _matmul, _matmul_cost),
+    Kernel("uniform", "vector", _uniform, _vector_cost(4.0)),
+    Kernel("normal", "vector", _normal, _vector_cost(8.0)),
+    Kernel("randint", "vector", _randint, _vector_cost(4.0)),
+    Kernel("bernoulli", "vector", _bernoulli, _vector_cost(4.0)),
+    Kernel("arange", "vector", _arange, _vector_cost(1.0)),
+    Kernel("linspace", "vector", _linspace, _vector_cost(2.0)),
+)}
