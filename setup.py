@@ -23,7 +23,7 @@ kernel_extensions = [
 plugin_core = CppExtension(
     "torch_plugin._C",
     sorted(glob.glob("torch_plugin/csrc/*.cpp")),
-    extra_compile_args=["-O2", "-std=c++17"],
+    extra_compile_args=["-O2"],
 )
 
 setup(

@@ -1,0 +1,40 @@
+"""PyTorch PrivateUse1 backend ``emu``: the Seed emulated accelerator as a torch device.
+
+``import torch`` alone registers it (the ``torch.backends`` entry point calls
+``_autoload``); ``import torch_plugin`` does the same. Registration is cheap:
+the emulated system powers on at the first use of the device.
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+_registered = False
+_lock = threading.Lock()
+
+
+def _register() -> None:
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        torch.utils.rename_privateuse1_backend("emu")
+        from torch_plugin import _C, device_module
+        from torch_plugin._bridge import BRIDGE
+        from torch_plugin.ops import registry
+        _C._set_bridge(BRIDGE)
+        torch._register_device_module("emu", device_module)
+        torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
+        registry.register_all()
+        device_module.set_host_fallback = registry.set_host_fallback
+        _registered = True
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group (runs at ``import torch``)."""
+    _register()
+
+
+_register()

@@ -1,0 +1,119 @@
+"""The object the C++ core calls into: allocator, guard and hooks -> runtime.
+
+The C++ core only forwards; every device semantic lives in the runtime.
+"""
+from __future__ import annotations
+
+import runtime
+from runtime.runtime import Runtime
+from torch_plugin import _C
+from torch_plugin.errors import raises_torch_errors
+
+
+def _rt() -> Runtime:
+    return runtime.get_runtime()
+
+
+class Bridge:
+    def __init__(self):
+        self._events: dict[int, runtime.Event] = {}
+        self._next_event = 1
+        self.async_host_streams: set = set()  # streams with async copies touching pinned memory
+
+    def device_count(self) -> int:
+        try:
+            return runtime.configured_device_count()
+        except Exception:
+            return 0
+
+    @raises_torch_errors
+    def lazy_init(self) -> None:
+        _rt()
+
+    def has_primary_context(self, device: int) -> bool:
+        return runtime.is_initialized() and _rt().has_context(device)
+
+    @raises_torch_errors
+    def malloc(self, device: int, nbytes: int) -> int:
+        return _rt().malloc(device, nbytes, _C._current_stream_id(device))
+
+    def free(self, device: int, ptr: int) -> None:
+        _rt().free(device, ptr)
+
+    @raises_torch_errors
+    def memcpy_d2d(self, device: int, dst: int, src: int, nbytes: int) -> None:
+        rt = _rt()
+        code = 1  # uint8 elements: a raw byte copy
+        rt.memcpy(runtime.TensorRef(False, device, dst, code, (nbytes,), (1,)),
+                  runtime.TensorRef(False, device, src, code, (nbytes,), (1,)),
+                  rt.stream(device, _C._current_stream_id(device)), blocking=True)
+
+    def device_from_ptr(self, ptr: int) -> int:
+        from driver import Driver
+        return Driver.device_of_address(ptr)
+
+    # -- streams ---------------------------------------------------------
+    @raises_torch_errors
+    def stream_create(self, device: int, priority: int) -> int:
+        return _rt().stream_create(device, priority).stream_id
+
+    @raises_torch_errors
+    def stream_query(self, device: int, stream_id: int) -> bool:
+        return _rt().stream(device, stream_id).query()
+
+    @raises_torch_errors
+    def stream_synchronize(self, device: int, stream_id: int) -> None:
+        _rt().stream(device, stream_id).synchronize()
+
+    @raises_torch_errors
+    def device_synchronize(self, device: int) -> None:
+        _rt().device_synchronize(device)
+
+    # -- events ----------------------------------------------------------
+    @raises_torch_errors
+    def event_create(self, device: int, flags: int) -> int:
+        # c10::EventFlag: PYTORCH_DEFAULT = 0, BACKEND_DEFAULT = 1; timing is on unless asked off.
+        event = _rt().event_create(device, enable_timing=True)
+        event_id = self._next_event
+        self._next_event += 1
+        self._events[event_id] = event
+        return event_id
+
+    @raises_torch_errors
+    def event_record(self, event_id: int, device: int, stream_id: int) -> None:
+        rt = _rt()
+        rt.event_record(self._events[event_id], rt.stream(device, stream_id))
+
+    @raises_torch_errors
+    def event_block(self, event_id: int, device: int, stream_id: int) -> None:
+        rt = _rt()
+        rt.stream_wait_event(rt.stream(device, stream_id), self._events[event_id])
+
+    @raises_torch_errors
+    def event_query(self, event_id: int) -> bool:
+        return _rt().event_query(self._events[event_id])
+
+    @raises_torch_errors
+    def event_synchronize(self, event_id: int) -> None:
+        _rt().event_synchronize(self._events[event_id])
+
+    @raises_torch_errors
+    def event_elapsed_ms(self, start_id: int, end_id: int, device: int) -> float:
+        return _rt().event_elapsed_ms(self._events[start_id], self._events[end_id])
+
+    def event_destroy(self, event_id: int, device: int) -> None:
+        self._events.pop(event_id, None)
+
+    @raises_torch_errors
+    def record_stream(self, device: int, ptr: int, stream_id: int) -> None:
+        _rt().record_stream(device, ptr, stream_id)
+
+    def pinned_free(self, ptr: int) -> None:
+        # A pinned block may still be read or written by a queued DMA: finish those first.
+        if self.async_host_streams and runtime.is_initialized():
+            streams, self.async_host_streams = self.async_host_streams, set()
+            for stream in streams:
+                stream.synchronize()
+
+
+BRIDGE = Bridge()

@@ -1,0 +1,303 @@
+"""``torch.emu``: the device module (the ``torch.cuda`` analogue)."""
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+
+import runtime
+from emulator.config import describe
+from torch_plugin import _C
+from torch_plugin._bridge import BRIDGE
+from torch_plugin.errors import raises_torch_errors, translate
+
+_PRIVATEUSE1_TYPE = 20  # c10::DeviceType::PrivateUse1, what torch.Stream(device_type=...) takes
+
+
+# -- discovery -------------------------------------------------------------
+def is_available() -> bool:
+    """True when the configured emulated system has at least one device."""
+    try:
+        return runtime.configured_device_count() > 0
+    except Exception as err:  # a broken configuration: say why, once
+        warnings.warn(f"emu is not available: {err}", stacklevel=2)
+        return False
+
+
+def device_count() -> int:
+    return BRIDGE.device_count()
+
+
+def is_initialized() -> bool:
+    return runtime.is_initialized()
+
+
+@raises_torch_errors
+def init() -> None:
+    """Powers on the emulated system now (it otherwise starts on first use)."""
+    runtime.get_runtime()
+
+
+_lazy_init = init
+
+
+def _index(device) -> int:
+    if device is None:
+        return current_device()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "emu":
+            raise ValueError(f"expected an emu device, got {device}")
+        return current_device() if device.index is None else device.index
+    if isinstance(device, int):
+        return device
+    raise TypeError(f"invalid device {device!r}")
+
+
+def _check_index(index: int) -> int:
+    count = device_count()
+    if not isinstance(index, int) or not 0 <= index < count:
+        raise RuntimeError(f"invalid emu device index {index!r}: {count} emu devices exist "
+                           f"(emu:0..emu:{count - 1})")
+    return index
+
+
+def current_device() -> int:
+    return _C._get_device()
+
+
+def set_device(device) -> None:
+    index = _index(device)
+    if index >= 0:
+        _C._set_device(_check_index(index))
+
+
+class device:
+    """Context manager that switches the current emu device."""
+
+    def __init__(self, device):
+        self.index = -1 if device is None else _index(device)
+        self.previous = -1
+
+    def __enter__(self):
+        self.previous = current_device()
+        if self.index >= 0:
+            _C._set_device(_check_index(self.index))
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_device(self.previous)
+        return False
+
+
+@raises_torch_errors
+def get_device_properties(device=None):
+    """The hardware description of an emu device (``emulator.config.DeviceConfig``)."""
+    index = _check_index(_index(device))
+    return runtime.get_runtime().properties(index)
+
+
+def get_device_name(device=None) -> str:
+    return get_device_properties(device).name
+
+
+def get_hardware_description() -> dict:
+    """The whole system description as nested dicts (units in the field names)."""
+    return describe(runtime.get_runtime().config)
+
+
+@raises_torch_errors
+def synchronize(device=None) -> None:
+    runtime.get_runtime().device_synchronize(_check_index(_index(device)))
+
+
+# -- streams and events ------------------------------------------------------
+class Stream(torch.Stream):
+    """An emu stream (a submission ring on the device)."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        if kwargs:  # torch.Stream(stream_id=..., device_index=..., device_type=...)
+            return super().__new__(cls, **kwargs)
+        index = _check_index(_index(device))
+        with globals()["device"](index):
+            return super().__new__(cls, device=torch.device("emu", index), priority=priority)
+
+
+Event = torch.Event
+
+
+def current_stream(device=None) -> Stream:
+    index = _check_index(_index(device))
+    return Stream(stream_id=_C._current_stream_id(index), device_index=index, device_type=_PRIVATEUSE1_TYPE)
+
+
+def default_stream(device=None) -> Stream:
+    index = _check_index(_index(device))
+    return Stream(stream_id=0, device_index=index, device_type=_PRIVATEUSE1_TYPE)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    _C._set_current_stream(stream.device_index, stream.stream_id)
+
+
+@contextlib.contextmanager
+def stream(s: torch.Stream | None):
+    if s is None:
+        yield
+        return
+    previous = current_stream(s.device_index)
+    set_stream(s)
+    try:
+        yield s
+    finally:
+        set_stream(previous)
+
+
+# -- memory ------------------------------------------------------------------
+def _allocator(device):
+    return runtime.get_runtime().device(_check_index(_index(device))).allocator
+
+
+def memory_stats(device=None) -> dict:
+    return _allocator(device).stats()
+
+
+def memory_allocated(device=None) -> int:
+    return _allocator(device).allocated
+
+
+def max_memory_allocated(device=None) -> int:
+    return _allocator(device).peak_allocated
+
+
+def memory_reserved(device=None) -> int:
+    return _allocator(device).reserved
+
+
+def max_memory_reserved(device=None) -> int:
+    return _allocator(device).peak_reserved
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    _allocator(device).reset_peak()
+
+
+@raises_torch_errors
+def empty_cache() -> None:
+    if runtime.is_initialized():
+        rt = runtime.get_runtime()
+        for index in range(rt.device_count):
+            if rt.has_context(index):
+                rt.empty_cache(index)
+
+
+@raises_torch_errors
+def mem_get_info(device=None) -> tuple[int, int]:
+    return runtime.get_runtime().mem_get_info(_check_index(_index(device)))
+
+
+# -- random numbers ------------------------------------------------------------
+def default_generator(device=None) -> torch.Generator:
+    return _C._default_generator(_check_index(_index(device)))
+
+
+class _DefaultGenerators:
+    def __getitem__(self, index: int) -> torch.Generator:
+        return _C._default_generator(_check_index(index))
+
+    def __len__(self) -> int:
+        return device_count()
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+default_generators = _DefaultGenerators()
+
+
+def _is_in_bad_fork() -> bool:
+    # The emulated system lives in this process; a forked child would share its state.
+    return False
+
+
+def manual_seed(seed: int) -> None:
+    default_generator().manual_seed(int(seed))
+
+
+def manual_seed_all(seed: int) -> None:
+    for gen in default_generators:
+        gen.manual_seed(int(seed))
+
+
+def seed() -> int:
+    return default_generator().seed()
+
+
+def seed_all() -> None:
+    base = seed()
+    for gen in default_generators:
+        gen.manual_seed(base)
+
+
+def initial_seed() -> int:
+    return default_generator().initial_seed()
+
+
+def get_rng_state(device="emu") -> torch.Tensor:
+    return default_generator(device).get_state()
+
+
+def set_rng_state(new_state: torch.Tensor, device="emu") -> None:
+    default_generator(device).set_state(new_state)
+
+
+def get_rng_state_all() -> list:
+    return [g.get_state() for g in default_generators]
+
+
+def set_rng_state_all(states) -> None:
+    for gen, state in zip(default_generators, states):
+        gen.set_state(state)
+
+
+# -- autocast, telemetry, recovery ---------------------------------------------
+def get_amp_supported_dtype() -> list:
+    return [torch.float16, torch.bfloat16]
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    return True
+
+
+def op_stats() -> dict:
+    """Counts of op instances by execution path: {"native": {op: n}, "host_fallback": {op: n}}."""
+    from torch_plugin.ops import registry
+    return registry.op_stats()
+
+
+def reset_op_stats() -> None:
+    from torch_plugin.ops import registry
+    registry.reset_op_stats()
+
+
+@raises_torch_errors
+def telemetry(device=None) -> dict:
+    return runtime.get_runtime().telemetry(_check_index(_index(device)))
+
+
+@raises_torch_errors
+def recover(device=None, reason: str = "user request") -> dict:
+    """Dumps the device's state, drains it and clears its context faults. Safe to call twice."""
+    return runtime.get_runtime().recover(_check_index(_index(device)), reason)
+
+
+__all__ = [n for n in dir() if not n.startswith("_")]
+
+
+@raises_torch_errors
+def performance_report() -> str:
+    """The projected-performance report of everything run so far (modelled time)."""
+    from runtime.report import format_report
+    return format_report(runtime.get_runtime())

@@ -1,0 +1,41 @@
+"""Maps runtime errors to PyTorch's exception types, keeping the cause chain.
+
+- out of memory -> ``torch.OutOfMemoryError``
+- a device fault, a firmware mismatch, any other runtime error ->
+  ``EmuAcceleratorError`` (a ``torch.AcceleratorError``) carrying ``error_code``
+  and ``scope``; ``__cause__`` is the runtime error, whose cause is the driver
+  error holding the firmware's error record.
+- an invalid device index -> ``EmuAcceleratorError`` with code INVALID_DEVICE
+  (also a ``RuntimeError``, like CUDA's invalid device ordinal).
+"""
+from __future__ import annotations
+
+import functools
+
+import torch
+
+import runtime
+
+
+class EmuAcceleratorError(torch.AcceleratorError):
+    def __init__(self, message: str, error_code: int, scope: str):
+        super().__init__(message)
+        self.error_code = error_code
+        self.scope = scope
+
+
+def translate(err: runtime.EmuError) -> Exception:
+    if isinstance(err, runtime.OutOfMemoryError):
+        return torch.OutOfMemoryError(str(err))
+    return EmuAcceleratorError(str(err), int(err.code), err.scope.value)
+
+
+def raises_torch_errors(fn):
+    """Decorator for plugin entry points: runtime errors leave as torch errors, chained."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except runtime.EmuError as err:
+            raise translate(err) from err
+    return wrapper

@@ -1,0 +1,115 @@
+"""Helpers shared by the op kernels: operand descriptors, streams, launches."""
+from __future__ import annotations
+
+import torch
+
+import runtime
+from torch_plugin import _C
+from torch_plugin._dtypes import SUPPORTED, TO_CODE
+
+
+def rt() -> runtime.Runtime:
+    return runtime.get_runtime()
+
+
+def current_stream(device: int) -> runtime.Stream:
+    return rt().stream(device, _C._current_stream_id(device))
+
+
+def device_ref(t: torch.Tensor, shape=None, strides=None) -> runtime.TensorRef:
+    """Descriptor of an emu tensor (its data_ptr already includes the storage offset)."""
+    return runtime.TensorRef(False, t.device.index, t.data_ptr(), TO_CODE[t.dtype],
+                             tuple(t.shape) if shape is None else tuple(shape),
+                             tuple(t.stride()) if strides is None else tuple(strides))
+
+
+def host_ref(t: torch.Tensor) -> runtime.TensorRef:
+    return runtime.TensorRef(True, -1, t.data_ptr(), TO_CODE[t.dtype], tuple(t.shape), tuple(t.stride()))
+
+
+def broadcast_strides(t: torch.Tensor, shape) -> tuple:
+    """Strides that read ``t`` broadcast to ``shape`` (0 on broadcast dimensions)."""
+    tshape, tstrides = t.shape, t.stride()
+    offset = len(shape) - len(tshape)
+    return tuple(0 if i < offset or tshape[i - offset] == 1 and shape[i] != 1 else tstrides[i - offset]
+                 for i in range(len(shape)))
+
+
+def check_dtype(op: str, *tensors) -> None:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dtype not in SUPPORTED:
+            raise TypeError(f"{op}: dtype {t.dtype} is not supported on emu "
+                            f"(supported: {', '.join(sorted(str(d) for d in SUPPORTED))})")
+
+
+def common_device(op: str, *tensors) -> int:
+    """The emu device index of the operands; CPU 0-dim tensors count as scalars."""
+    index = None
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if t.device.type == "cpu" and t.dim() == 0:
+            continue
+        if t.device.type != "emu" or (index is not None and t.device.index != index):
+            found = [str(x.device) for x in tensors if isinstance(x, torch.Tensor)]
+            raise RuntimeError(f"{op}: expected all tensors to be on the same device, but found at least "
+                               f"two devices, {found[0]} and {[f for f in found if f != found[0]][0]}!")
+        index = t.device.index
+    if index is None:
+        raise RuntimeError(f"{op}: no emu tensor among the operands")
+    return index
+
+
+def is_dense(t: torch.Tensor) -> bool:
+    return t.is_contiguous() or t.is_non_overlapping_and_dense()
+
+
+def empty_like_layout(shape, dtype, device: int, *candidates) -> torch.Tensor:
+    """Output of ``shape``: takes the layout of the first dense operand of that shape (as
+    TensorIterator does), else contiguous."""
+    for t in candidates:
+        if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(shape) and not t.is_contiguous() \
+                and t.is_non_overlapping_and_dense():
+            return torch.empty_strided(shape, t.stride(), dtype=dtype, device=torch.device("emu", device))
+    return torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
+
+
+def prepare_out(op: str, out: torch.Tensor, shape, result_dtype) -> None:
+    """out= contract: resize an empty out, check shape, device and a safe cast."""
+    if tuple(out.shape) != tuple(shape):
+        if out.numel() == 0:
+            out.resize_(shape)
+        else:
+            raise RuntimeError(f"{op}: output with shape {list(out.shape)} doesn't match the broadcast "
+                               f"shape {list(shape)}")
+    if not torch.can_cast(result_dtype, out.dtype):
+        raise RuntimeError(f"{op}: result type {result_dtype} can't be cast to the desired output type "
+                           f"{out.dtype}")
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    start = t.data_ptr()
+    span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    return start, start + span * t.element_size()
+
+
+def check_overlap(op: str, out: torch.Tensor, *inputs) -> None:
+    """ATen's rules: out must not overlap itself; an input may alias out exactly, not partly."""
+    if out.numel() == 0:
+        return
+    if torch._debug_has_internal_overlap(out) == 1:
+        raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to tensor "
+                           "refers to a single memory location. Please clone() the tensor before "
+                           "performing the operation.")
+    lo, hi = _byte_range(out)
+    for t in inputs:
+        if not isinstance(t, torch.Tensor) or t.device != out.device or t.numel() == 0:
+            continue
+        if t.untyped_storage().data_ptr() != out.untyped_storage().data_ptr():
+            continue
+        if t.data_ptr() == out.data_ptr() and t.stride() == out.stride() and t.shape == out.shape:
+            continue  # exact alias: the in-place form
+        tlo, thi = _byte_range(t)
+        if tlo < hi and lo < thi:
+            raise RuntimeError(f"{op}: unsupported operation: some elements of the input tensor and the "
+                               "written-to tensor refer to a single memory location.")

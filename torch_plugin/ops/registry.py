@@ -1,0 +1,120 @@
+"""The one place that lists which aten ops the emu device registers, and how.
+
+Kernels live in the sibling modules; this file only wires them to the
+dispatcher and keeps the per-path op counters. Metadata ops (empty, views,
+resize_, set_) are registered by the C++ core.
+"""
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import torch
+
+NATIVE = "native"
+HOST_FALLBACK = "host_fallback"
+_counts: dict[str, Counter] = {NATIVE: Counter(), HOST_FALLBACK: Counter()}
+_counts_lock = threading.Lock()
+_fallback_allowed = True
+_libraries = []  # keep Library objects alive, or their registrations vanish
+_local = threading.local()  # .fell_back: the running native kernel handed its op to the host
+
+
+def count(op: str, path: str) -> None:
+    with _counts_lock:
+        _counts[path][op] += 1
+
+
+def op_stats() -> dict:
+    with _counts_lock:
+        return {path: dict(c) for path, c in _counts.items()}
+
+
+def reset_op_stats() -> None:
+    with _counts_lock:
+        for c in _counts.values():
+            c.clear()
+
+
+def mark_fell_back() -> None:
+    _local.fell_back = True
+
+
+def host_fallback_allowed() -> bool:
+    return _fallback_allowed
+
+
+def set_host_fallback(allowed: bool) -> None:
+    global _fallback_allowed
+    _fallback_allowed = bool(allowed)
+
+
+def _native(name: str, fn):
+    """Wraps a kernel so each call is counted and runtime errors surface as torch errors."""
+    from torch_plugin.errors import raises_torch_errors
+    op = f"aten::{name}"
+    wrapped = raises_torch_errors(fn)
+
+    def kernel(*args, **kwargs):
+        saved = getattr(_local, "fell_back", False)
+        _local.fell_back = False
+        try:
+            result = wrapped(*args, **kwargs)
+            if not _local.fell_back:  # exactly one path per op instance
+                count(op, NATIVE)
+            return result
+        finally:
+            _local.fell_back = saved
+    kernel.__name__ = f"emu_{name.replace('.', '_')}"
+    return kernel
+
+
+def native_kernels() -> dict:
+    from torch_plugin.ops import copy, elementwise, factories, linalg, random
+    return {
+        "_copy_from": copy.copy_from,
+        "_local_scalar_dense": copy.local_scalar_dense,
+        "add.Tensor": elementwise.add,
+        "add_.Tensor": elementwise.add_,
+        "add.out": elementwise.add_out,
+        "mul.Tensor": elementwise.mul,
+        "mul_.Tensor": elementwise.mul_,
+        "mul.out": elementwise.mul_out,
+        "relu": elementwise.relu,
+        "relu_": elementwise.relu_,
+        "mm": linalg.mm,
+        "mm.out": linalg.mm_out,
+        "addmm": linalg.addmm,
+        "addmm.out": linalg.addmm_out,
+        "fill_.Scalar": factories.fill_scalar,
+        "fill_.Tensor": factories.fill_tensor,
+        "zero_": factories.zero_,
+        "arange.start_out": factories.arange_out,
+        "linspace.out": factories.linspace_out,
+        "eye.out": factories.eye_out,
+        "eye.m_out": factories.eye_m_out,
+        "uniform_": random.uniform_,
+        "normal_": random.normal_,
+        "random_.from": random.random_from,
+        "random_.to": random.random_to,
+        "random_": random.random_,
+        "bernoulli_.float": random.bernoulli_float,
+        "bernoulli_.Tensor": random.bernoulli_tensor,
+        "bernoulli": random.bernoulli,
+    }
+
+
+def register_all() -> None:
+    from torch_plugin.ops import fallback
+    impl = torch.library.Library("aten", "IMPL")
+    for name, fn in native_kernels().items():
+        impl.impl(name, _native(name, fn), "PrivateUse1")
+    # Conjugate/negated views reach _copy_from with their bits set; copy_from rejects them
+    # clearly instead of recursing through the Conjugate/Negative fallbacks forever.
+    impl.impl("_copy_from", torch.library.fallthrough_kernel, "Conjugate")
+    impl.impl("_copy_from", torch.library.fallthrough_kernel, "Negative")
+    everything = torch.library.Library("_", "IMPL")
+    everything.fallback(fallback.boxed_fallback, "PrivateUse1")
+    # Autocast for emu: ops without a policy run unchanged (no default fallthrough in 2.13).
+    everything.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    _libraries.extend([impl, everything])
