@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import threading
 
-import torch
-
 _registered = False
-_lock = threading.Lock()
+_lock = threading.RLock()
 
 
 def _register() -> None:
@@ -19,6 +17,8 @@ def _register() -> None:
     with _lock:
         if _registered:
             return
+        import torch
+
         torch.utils.rename_privateuse1_backend("emu")
         from torch_plugin import _C, device_module
         from torch_plugin._bridge import BRIDGE
@@ -36,5 +36,9 @@ def _autoload() -> None:
     """Entry point of the ``torch.backends`` group (runs at ``import torch``)."""
     _register()
 
+
+# Defined before importing torch: importing torch first runs the autoload entry point,
+# which finds this partially imported module and calls _autoload.
+import torch  # noqa: E402
 
 _register()
