@@ -1,0 +1,22 @@
+"""Element types the device's kernel library understands.
+
+The codes are part of the kernel ABI: launch descriptors carry them, and the
+Cython kernels switch on them. Keep them stable.
+"""
+BOOL = 0
+UINT8 = 1
+INT8 = 2
+INT16 = 3
+INT32 = 4
+INT64 = 5
+FLOAT16 = 6
+BFLOAT16 = 7
+FLOAT32 = 8
+FLOAT64 = 9
+
+ITEMSIZE = {BOOL: 1, UINT8: 1, INT8: 1, INT16: 2, INT32: 4, INT64: 8,
+            FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8}
+NAMES = {BOOL: "bool", UINT8: "uint8", INT8: "int8", INT16: "int16", INT32: "int32",
+         INT64: "int64", FLOAT16: "float16", BFLOAT16: "bfloat16", FLOAT32: "float32",
+         FLOAT64: "float64"}
+FLOATING = frozenset({FLOAT16, BFLOAT16, FLOAT32, FLOAT64})
