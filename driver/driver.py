@@ -24,6 +24,8 @@ log = logging.getLogger("seed.driver")
 # What user space describes a tensor operand with; the driver adds the context's asid.
 TensorRef = namedtuple("TensorRef", "host device address dtype shape strides")
 MAX_RANK = 12
+_ITEMSIZE = dtypes.ITEMSIZE
+_LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type(None)})
 
 
 class Context:
@@ -133,24 +135,23 @@ class Driver:
         return next(self._semaphores)
 
     def _descriptor(self, ref, asid_of_device) -> abi.TensorDescriptor:
-        if not isinstance(ref, TensorRef):
+        if type(ref) is not TensorRef:
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"expected a TensorRef, got {type(ref).__name__}")
-        if ref.dtype not in dtypes.ITEMSIZE:
-            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"unknown dtype code {ref.dtype!r}")
-        if len(ref.shape) != len(ref.strides) or len(ref.shape) > MAX_RANK:
+        host, device, address, dtype, shape, strides = ref
+        dims = (*shape, *strides)
+        if (dtype not in _ITEMSIZE or len(shape) != len(strides) or len(shape) > MAX_RANK
+                or not all(type(v) is int and v >= 0 for v in dims)):
             raise DriverError(DriverStatus.INVALID_ARGUMENT,
-                              f"shape {ref.shape} and strides {ref.strides} must have the same rank <= {MAX_RANK}")
-        if any((not isinstance(v, int)) or v < 0 for v in (*ref.shape, *ref.strides)):
-            raise DriverError(DriverStatus.INVALID_ARGUMENT,
-                              f"shape {ref.shape} and strides {ref.strides} must be non-negative ints")
-        if not isinstance(ref.address, int) or (ref.address == 0 and prod(ref.shape) > 0):
-            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid address {ref.address!r}")
-        if ref.host:
-            return abi.TensorDescriptor(abi.MemorySpace.HOST, -1, 0, ref.address, ref.dtype,
-                                        tuple(ref.shape), tuple(ref.strides))
-        self._endpoint(ref.device)
-        return abi.TensorDescriptor(abi.MemorySpace.DEVICE, ref.device, asid_of_device(ref.device),
-                                    ref.address, ref.dtype, tuple(ref.shape), tuple(ref.strides))
+                              f"invalid tensor descriptor: dtype code {dtype!r}, shape {shape}, strides "
+                              f"{strides} (need a known dtype and non-negative int shape/strides of the "
+                              f"same rank <= {MAX_RANK})")
+        if type(address) is not int or (address == 0 and 0 not in shape):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid address {address!r}")
+        if host:
+            return abi.TensorDescriptor(abi.MemorySpace.HOST, -1, 0, address, dtype, tuple(shape), tuple(strides))
+        self._endpoint(device)
+        return abi.TensorDescriptor(abi.MemorySpace.DEVICE, device, asid_of_device(device),
+                                    address, dtype, tuple(shape), tuple(strides))
 
     def submit_copy(self, queue: Queue, dst: TensorRef, src: TensorRef, peer_asids=None) -> int:
         asid_of = self._asid_resolver(queue, peer_asids)
@@ -170,9 +171,9 @@ class Driver:
 
     def submit_launch(self, queue: Queue, kernel: str, args: tuple) -> int:
         asid_of = self._asid_resolver(queue, None)
-        resolved = tuple(self._descriptor(a, asid_of) if isinstance(a, TensorRef) else a for a in args)
+        resolved = tuple(self._descriptor(a, asid_of) if type(a) is TensorRef else a for a in args)
         for a in resolved:
-            if not isinstance(a, (abi.TensorDescriptor, bool, int, float, str, type(None))):
+            if type(a) not in _LAUNCH_ARG_TYPES:
                 raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
         return self._submit(queue, lambda seq: abi.LaunchCommand(abi.Opcode.LAUNCH, seq, queue.context.asid,
                                                                 kernel, resolved))
@@ -199,9 +200,11 @@ class Driver:
     def _submit(self, queue: Queue, build) -> int:
         with self.lock:
             endpoint = self.platform.endpoints[queue.device]
-            while endpoint.ring_free_slots(queue.ring_id) == 0:
-                # Back-pressure: the host blocks until the firmware frees a slot.
-                self.platform.run_until(endpoint.ring_space_event(queue.ring_id))
+            if endpoint.ring_free_slots(queue.ring_id) == 0:
+                # Back-pressure: the host blocks until the firmware drained half the ring
+                # (one wake-up per half ring keeps the simulation batched).
+                half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
+                self.platform.run_until(endpoint.ring_space_event(queue.ring_id, half))
                 self._host_waited_until(self.platform.now_ns)
             seq = next(self._seq)
             endpoint.write_ring(queue.ring_id, self._host_now(), build(seq))

@@ -25,6 +25,7 @@ class CommandRing:
         self._slots: deque = deque()
         self._doorbell = env.event()
         self._space = env.event()
+        self._space_needed = 1
         self.submitted = 0
         self.consumed = 0
 
@@ -43,10 +44,6 @@ class CommandRing:
 
     def doorbell(self):
         """Event the firmware waits on while the ring is empty."""
-        if self._slots:
-            event = self.env.event()
-            event.succeed()
-            return event
         if self._doorbell.triggered:
             self._doorbell = self.env.event()
         return self._doorbell
@@ -54,14 +51,15 @@ class CommandRing:
     def read(self):
         command = self._slots.popleft()
         self.consumed += 1
-        if not self._space.triggered:
+        if not self._space.triggered and self.entries - len(self._slots) >= self._space_needed:
             self._space.succeed()
         return command
 
-    def space_available(self):
-        """Event that fires when the firmware frees a slot."""
+    def space_available(self, min_free: int = 1):
+        """Event that fires once the firmware has freed ``min_free`` slots."""
         if self._space.triggered:
             self._space = self.env.event()
+        self._space_needed = min_free
         return self._space
 
     def __len__(self) -> int:

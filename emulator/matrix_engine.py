@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from math import ceil
 
-import simpy
-
 from emulator.config import MatrixEngineConfig
+from emulator.timeline import Timeline
 
 
 def systolic_cycles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str = "ws") -> int:
@@ -34,9 +33,15 @@ class MatrixEngine:
     def __init__(self, env, config: MatrixEngineConfig, clock_ghz: float):
         self.config = config
         self.clock_ghz = clock_ghz
-        self.resource = simpy.Resource(env, capacity=1)
-        self.busy_ns = 0.0
-        self.kernels = 0
+        self.timeline = Timeline()
+
+    @property
+    def busy_ns(self) -> float:
+        return self.timeline.busy_ns
+
+    @property
+    def kernels(self) -> int:
+        return self.timeline.jobs
 
     def gemm_ns(self, M: int, N: int, K: int) -> float:
         c = self.config

@@ -5,18 +5,23 @@ Left out: per-op latency tables, transcendental units, lane masking costs.
 """
 from __future__ import annotations
 
-import simpy
-
 from emulator.config import VectorEngineConfig
+from emulator.timeline import Timeline
 
 
 class VectorEngine:
     def __init__(self, env, config: VectorEngineConfig, clock_ghz: float):
         self.config = config
         self.clock_ghz = clock_ghz
-        self.resource = simpy.Resource(env, capacity=1)
-        self.busy_ns = 0.0
-        self.kernels = 0
+        self.timeline = Timeline()
+
+    @property
+    def busy_ns(self) -> float:
+        return self.timeline.busy_ns
+
+    @property
+    def kernels(self) -> int:
+        return self.timeline.jobs
 
     def elementwise_ns(self, elements: int, cycles_per_group: float = 1.0) -> float:
         groups = -(-elements // self.config.lanes)

@@ -37,8 +37,11 @@ class DeviceEndpoint:
     def ring_free_slots(self, ring_id: int) -> int:
         return self._device.command_processor.rings[ring_id].free_slots()
 
-    def ring_space_event(self, ring_id: int):
-        return self._device.command_processor.rings[ring_id].space_available()
+    def ring_entries(self, ring_id: int) -> int:
+        return self._device.command_processor.rings[ring_id].entries
+
+    def ring_space_event(self, ring_id: int, min_free: int = 1):
+        return self._device.command_processor.rings[ring_id].space_available(min_free)
 
     def write_ring(self, ring_id: int, submit_ns: float, command) -> None:
         self._device.command_processor.rings[ring_id].write((submit_ns, command))

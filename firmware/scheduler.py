@@ -47,26 +47,29 @@ class FirmwareInstance:
         self.env.process(self._ring_process(ring))
 
     def _ring_process(self, ring):
-        cp = self.device.command_processor.config
+        decode_ns = self.device.command_processor.config.decode_ns
+        env = self.env
         while True:
-            yield ring.doorbell()
+            if not len(ring):
+                yield ring.doorbell()
             submit_ns, command = ring.read()
-            if submit_ns > self.env.now:
-                yield self.env.timeout(submit_ns - self.env.now)
-            if cp.decode_ns:
-                yield self.env.timeout(cp.decode_ns)
+            # The command cannot start before the host wrote it, plus fetch and decode.
+            ready = max(env.now, submit_ns) + decode_ns
             op = command[0]
-            if op == abi.Opcode.SIGNAL:
-                self._signal(ring, command)
-                continue
-            if op == abi.Opcode.WAIT:
-                yield self.device.peers[command.device].command_processor.semaphores.wait(
-                    command.semaphore, command.value)
+            if op == abi.Opcode.SIGNAL or op == abi.Opcode.WAIT:
+                if ready > env.now:
+                    yield env.timeout(ready - env.now)
+                if op == abi.Opcode.SIGNAL:
+                    self._signal(ring, command)
+                else:
+                    sems = self.device.peers[command.device].command_processor.semaphores
+                    if sems.value(command.semaphore) < command.value:
+                        yield sems.wait(command.semaphore, command.value)
                 continue
             if command.asid in self.faulted_asids:
                 continue  # ABORTED: the context is poisoned, skip the work, keep fences moving
             try:
-                yield from self._execute(ring, command)
+                yield from self._execute(ring, command, ready)
             except HardwareFault as fault:
                 self._record_error(ring, command, fault)
             except Exception as err:  # a kernel rejected its operands: a kernel fault
@@ -104,32 +107,33 @@ class FirmwareInstance:
         return "vector_engine"
 
     # -- execution ---------------------------------------------------------
-    def _execute(self, ring, command):
+    def _execute(self, ring, command, ready):
         op = command.opcode
         if op == abi.Opcode.COPY:
-            yield from self._copy(ring, command)
+            yield from self._copy(ring, command, ready)
         elif op == abi.Opcode.FILL:
-            yield from self._run_kernel(ring, command, "fill", (command.dst, command.value))
+            yield from self._run_kernel(ring, command, "fill", (command.dst, command.value), ready)
         elif op == abi.Opcode.LAUNCH:
-            yield from self._run_kernel(ring, command, command.kernel, command.args)
+            yield from self._run_kernel(ring, command, command.kernel, command.args, ready)
         else:
             raise ValueError(f"invalid opcode {op}")
 
     def _resolve(self, desc: abi.TensorDescriptor, unit: str) -> Operand:
-        itemsize = dtypes.ITEMSIZE[desc.dtype]
-        if 0 in desc.shape:
-            return Operand(0, desc.dtype, desc.shape, desc.strides)
-        span = (sum((n - 1) * s for n, s in zip(desc.shape, desc.strides)) + 1) * itemsize
-        if desc.space == abi.MemorySpace.HOST:
-            return Operand(desc.address, desc.dtype, desc.shape, desc.strides)
+        shape, strides = desc.shape, desc.strides
+        if desc.space == abi.MemorySpace.HOST or 0 in shape:
+            return Operand(desc.address if 0 not in shape else 0, desc.dtype, shape, strides)
+        span = 1
+        for n, s in zip(shape, strides):
+            span += (n - 1) * s
+        span *= dtypes.ITEMSIZE[desc.dtype]
         device = self.device.peers[desc.device]
         physical = device.mmu.translate(desc.asid, desc.address, span, unit)
-        return Operand(device.hbm.host_address(physical, span), desc.dtype, desc.shape, desc.strides)
+        return Operand(device.hbm.host_address(physical, span), desc.dtype, shape, strides)
 
     def _resolve_args(self, args, unit):
-        return tuple(self._resolve(a, unit) if isinstance(a, abi.TensorDescriptor) else a for a in args)
+        return tuple(self._resolve(a, unit) if type(a) is abi.TensorDescriptor else a for a in args)
 
-    def _copy(self, ring, command):
+    def _copy(self, ring, command, ready):
         dst, src = command.dst, command.src
         dev = self.device
         nbytes = prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
@@ -141,43 +145,37 @@ class FirmwareInstance:
             link, cfg, counter = dev.interconnect.link, dev.interconnect.config, "p2p"
         else:
             link, cfg, counter = None, None, "d2d"
-        if link is None:
+        if link is None:  # read and write through HBM
             duration = dev.dma.config.setup_ns + 2 * dev.hbm.transfer_ns(nbytes)
         else:
             bandwidth = min(cfg.bandwidth_gb_per_s, dev.hbm.config.bandwidth_gb_per_s)
             duration = dev.dma.transfer_ns(nbytes, bandwidth, cfg.latency_ns)
-        with dev.dma.engines.request() as engine:
-            yield engine
-            start = self.env.now
-            if link is None:
-                yield self.env.timeout(duration)
-            else:
-                with link.request() as lane:
-                    yield lane
-                    yield self.env.timeout(duration)
-            out = self._resolve(dst, "dma")
-            inp = self._resolve(src, "dma")
-            KERNELS["copy"].run(out, inp)
-        dev.dma.copies += 1
-        dev.dma.busy_ns += self.env.now - start
+        out = self._resolve(dst, "dma")
+        inp = self._resolve(src, "dma")
+        engine = dev.dma.engines.first_free()
+        start = engine.earliest_start(ready)
+        if link is not None:
+            start = link.earliest_start(start)
+            link.hold(start, duration)
+        end = engine.hold(start, duration)
+        yield self.env.timeout(end - self.env.now)
+        KERNELS["copy"].run(out, inp)
         self._account(ring, command, f"memcpy_{counter}", "dma", start, nbytes, 0)
 
-    def _run_kernel(self, ring, command, name, args):
+    def _run_kernel(self, ring, command, name, args, ready):
         kernel = KERNELS.get(name)
         if kernel is None:
             raise HardwareFault(_unknown_kernel(self, name))
         engine = self.device.engine(kernel.engine)
         unit = kernel.engine + "_engine"
-        with engine.resource.request() as slot:
-            yield slot
-            start = self.env.now
-            operands = self._resolve_args(args, unit)
-            duration, nbytes, flops = kernel.cost(self.device, *operands)
-            launch = self.device.command_processor.config.launch_ns if name != "fill" else 0.0
-            yield self.env.timeout(launch + duration)
-            kernel.run(*operands)
-        engine.busy_ns += self.env.now - start
-        engine.kernels += 1
+        operands = self._resolve_args(args, unit)
+        duration, nbytes, flops = kernel.cost(self.device, *operands)
+        if name != "fill":
+            duration += self.device.command_processor.config.launch_ns
+        start = engine.timeline.earliest_start(ready)
+        end = engine.timeline.hold(start, duration)
+        yield self.env.timeout(end - self.env.now)
+        kernel.run(*operands)
         label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
         self._account(ring, command, label, unit, start, nbytes, flops)
 
