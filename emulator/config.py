@@ -44,7 +44,7 @@ class _Validated:
                 value = float(value)
             if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
                 raise ConfigError(f.name, f"expected {expected.__name__}, got {value!r}")
-            if meta.get("minimum") is not None and value < meta["minimum"]:
+            if meta.get("minimum") is not None and not value >= meta["minimum"]:  # NaN fails too
                 raise ConfigError(f.name, f"must be >= {meta['minimum']} {meta['unit']}, got {value}")
             if meta.get("choices") and value not in meta["choices"]:
                 raise ConfigError(f.name, f"must be one of {meta['choices']}, got {value!r}")

@@ -1,7 +1,7 @@
 """Matrix engine: a systolic array whose cycle counts follow SCALE-Sim.
 
 For an R x C array the cycles of an M x K @ K x N GEMM are, per dataflow
-(checked against SCALE-Sim 3.0.0, see tests/emulator/data/scalesim.jsonl):
+(checked against SCALE-Sim 3.0.0, see tests/emulator/data/scalesim_results.jsonl):
   ws: ceil(K/R) * ceil(N/C) * (2R + C + M - 2) - 1
   os: ceil(M/R) * ceil(N/C) * (R + C + K - 2) - 1
   is: ceil(K/R) * ceil(M/C) * (2R + C + N - 2) - 1

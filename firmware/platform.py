@@ -96,7 +96,7 @@ class DeviceEndpoint:
                                 "vector_engine": dev.vector_engine.busy_ns,
                                 "dma": dev.dma.busy_ns},
             "page_faults": dev.mmu.page_faults,
-            "resident_bytes": dev.hbm.resident_bytes,
+            "resident_bytes": dev.hbm.resident_bytes(),
         }
 
 

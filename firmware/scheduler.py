@@ -14,7 +14,7 @@ import logging
 from collections import deque
 from math import prod
 
-from emulator.errors import HardwareFault
+from emulator.errors import FaultRecord, HardwareFault
 from emulator.kernels import dtypes
 from emulator.kernels.library import KERNELS, Operand
 from firmware import abi
@@ -54,11 +54,13 @@ class FirmwareInstance:
                 yield ring.doorbell()
             submit_ns, command = ring.read()
             # The command cannot start before the host wrote it, plus fetch and decode.
+            # Nothing about it (not even a fault) happens earlier, and engines are booked only
+            # by commands that are ready, so an idle engine serves whoever is ready first.
             ready = max(env.now, submit_ns) + decode_ns
+            if ready > env.now:
+                yield env.timeout(ready - env.now)
             op = command[0]
             if op == abi.Opcode.SIGNAL or op == abi.Opcode.WAIT:
-                if ready > env.now:
-                    yield env.timeout(ready - env.now)
                 if op == abi.Opcode.SIGNAL:
                     self._signal(ring, command)
                 else:
@@ -69,7 +71,7 @@ class FirmwareInstance:
             if command.asid in self.faulted_asids:
                 continue  # ABORTED: the context is poisoned, skip the work, keep fences moving
             try:
-                yield from self._execute(ring, command, ready)
+                yield from self._execute(ring, command, env.now)
             except HardwareFault as fault:
                 self._record_error(ring, command, fault)
             except Exception as err:  # a kernel rejected its operands: a kernel fault
@@ -86,7 +88,8 @@ class FirmwareInstance:
         if isinstance(err, HardwareFault):
             rec = err.record
             status = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS_ERROR,
-                      "unknown_kernel": abi.Status.UNKNOWN_KERNEL}.get(
+                      "unknown_kernel": abi.Status.UNKNOWN_KERNEL,
+                      "invalid_command": abi.Status.INVALID_COMMAND}.get(
                 rec.kind, abi.Status.KERNEL_FAULT)
             unit, address, detail = rec.unit, rec.address, rec.detail
         else:
@@ -116,7 +119,8 @@ class FirmwareInstance:
         elif op == abi.Opcode.LAUNCH:
             yield from self._run_kernel(ring, command, command.kernel, command.args, ready)
         else:
-            raise ValueError(f"invalid opcode {op}")
+            raise HardwareFault(FaultRecord("invalid_command", "command_processor", self.device.index, None,
+                                            self.env.now, f"invalid opcode {op!r}"))
 
     def _resolve(self, desc: abi.TensorDescriptor, unit: str) -> Operand:
         shape, strides = desc.shape, desc.strides
@@ -192,6 +196,5 @@ class FirmwareInstance:
 
 
 def _unknown_kernel(instance, name):
-    from emulator.errors import FaultRecord
     return FaultRecord("unknown_kernel", "command_processor", instance.device.index, None,
                        instance.env.now, f"no kernel named {name!r} in the device kernel library")

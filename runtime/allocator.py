@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from driver import DriverError, DriverStatus
-from runtime.errors import OutOfMemoryError
+from runtime.errors import InvalidValueError, OutOfMemoryError
 
 SMALL = 1 << 20
 SMALL_ROUND = 512
@@ -43,6 +43,7 @@ class CachingAllocator:
         self.peak_allocated = self.peak_reserved = 0
         self.num_allocs = self.num_frees = self.cache_hits = self.num_driver_allocs = 0
         self.num_ooms = 0
+        self.num_retries = 0
 
     def malloc(self, nbytes: int, stream) -> int:
         size = rounded_size(nbytes)
@@ -68,6 +69,7 @@ class CachingAllocator:
                 if err.status != DriverStatus.OUT_OF_MEMORY:
                     raise
                 if attempt == 0:
+                    self.num_retries += 1
                     self.empty_cache()
                     continue
                 self.num_ooms += 1
@@ -81,7 +83,10 @@ class CachingAllocator:
         raise AssertionError("unreachable")
 
     def free(self, address: int) -> None:
-        block = self._live.pop(address)
+        block = self._live.pop(address, None)
+        if block is None:
+            raise InvalidValueError(f"emu:{self.device}: 0x{address:x} is not a live allocation "
+                                    f"(double free, or not allocated here)")
         self.allocated -= block.size
         self.num_frees += 1
         if block.other_streams:
@@ -139,7 +144,7 @@ class CachingAllocator:
             "reserved_bytes.all.current": self.reserved,
             "reserved_bytes.all.peak": self.peak_reserved,
             "active.all.current": len(self._live),
-            "num_alloc_retries": 0,
+            "num_alloc_retries": self.num_retries,
             "num_ooms": self.num_ooms,
             "allocation.all.allocated": self.num_allocs,
             "allocation.all.freed": self.num_frees,

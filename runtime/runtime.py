@@ -98,9 +98,12 @@ class Runtime:
 
     # -- memory ------------------------------------------------------------
     def malloc(self, device: int, nbytes: int, stream_id: int = 0) -> int:
+        if type(nbytes) is not int or nbytes <= 0:
+            raise errors.InvalidValueError(f"allocation size must be a positive int, got {nbytes!r}")
         with self.lock:
             state = self.device(device)
             self.clock.charge_call()
+            self._check(device)
             return state.allocator.malloc(nbytes, self.stream(device, stream_id))
 
     def free(self, device: int, address: int) -> None:
@@ -129,6 +132,7 @@ class Runtime:
     def stream_create(self, device: int, priority: int = 0) -> Stream:
         with self.lock:
             state = self.device(device)
+            self._check(device)
             sid = next(state._stream_ids)
             state.streams[sid] = Stream(self, device, sid, self.driver.create_queue(state.context), priority)
             return state.streams[sid]
@@ -150,6 +154,7 @@ class Runtime:
     def stream_query(self, stream: Stream) -> bool:
         with self.lock:
             mark = stream.record_mark()
+            self.clock.charge_call()  # polling costs host time, so a polling loop sees progress
             # The device runs concurrently with the host: advance it to the host's present.
             self._advance_to_host_time()
             return stream.mark_passed(mark)
@@ -171,6 +176,7 @@ class Runtime:
     def event_record(self, event: Event, stream: Stream) -> None:
         with self.lock:
             self.clock.charge_call()
+            self._check(stream.device)
             event.count += 1
             event.device = stream.device
             self.driver.submit_signal(stream.queue, event.semaphore, event.count)
@@ -187,6 +193,7 @@ class Runtime:
         if not event.recorded:
             return True
         with self.lock:
+            self.clock.charge_call()
             self._advance_to_host_time()
             return self.driver.semaphore_value(event.device, event.semaphore) >= event.count
 
