@@ -14,7 +14,7 @@ from __future__ import annotations
 from math import ceil
 
 from emulator.config import MatrixEngineConfig
-from emulator.timeline import Timeline
+from emulator.timeline import TimedEngine
 
 
 def systolic_cycles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str = "ws") -> int:
@@ -29,19 +29,10 @@ def systolic_cycles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str 
     raise ValueError(f"unknown dataflow {dataflow!r}")
 
 
-class MatrixEngine:
+class MatrixEngine(TimedEngine):
     def __init__(self, env, config: MatrixEngineConfig, clock_ghz: float):
+        super().__init__(clock_ghz)
         self.config = config
-        self.clock_ghz = clock_ghz
-        self.timeline = Timeline()
-
-    @property
-    def busy_ns(self) -> float:
-        return self.timeline.busy_ns
-
-    @property
-    def kernels(self) -> int:
-        return self.timeline.jobs
 
     def gemm_ns(self, M: int, N: int, K: int) -> float:
         c = self.config

@@ -29,6 +29,22 @@ class Timeline:
         return end
 
 
+class TimedEngine:
+    """A compute engine served through one timeline: its busy time and kernel count."""
+
+    def __init__(self, clock_ghz: float):
+        self.clock_ghz = clock_ghz
+        self.timeline = Timeline()
+
+    @property
+    def busy_ns(self) -> float:
+        return self.timeline.busy_ns
+
+    @property
+    def kernels(self) -> int:
+        return self.timeline.jobs
+
+
 class TimelinePool:
     """``lanes`` identical units (e.g. DMA engines); a job takes the one free first."""
 

@@ -6,22 +6,13 @@ Left out: per-op latency tables, transcendental units, lane masking costs.
 from __future__ import annotations
 
 from emulator.config import VectorEngineConfig
-from emulator.timeline import Timeline
+from emulator.timeline import TimedEngine
 
 
-class VectorEngine:
+class VectorEngine(TimedEngine):
     def __init__(self, env, config: VectorEngineConfig, clock_ghz: float):
+        super().__init__(clock_ghz)
         self.config = config
-        self.clock_ghz = clock_ghz
-        self.timeline = Timeline()
-
-    @property
-    def busy_ns(self) -> float:
-        return self.timeline.busy_ns
-
-    @property
-    def kernels(self) -> int:
-        return self.timeline.jobs
 
     def elementwise_ns(self, elements: int, cycles_per_group: float = 1.0) -> float:
         groups = -(-elements // self.config.lanes)

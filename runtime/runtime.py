@@ -246,21 +246,17 @@ class Runtime:
             self._after_submit(stream, blocking)
 
     def memset(self, dst: TensorRef, value, stream: Stream) -> None:
-        with self.lock:
-            self.clock.charge_call()
-            self._check(stream.device)
-            try:
-                self.driver.submit_fill(stream.queue, dst, value)
-            except DriverError as err:
-                raise translate_driver_error(err) from err
-            self._after_submit(stream, False)
+        self._enqueue(stream, self.driver.submit_fill, dst, value)
 
     def launch(self, kernel: str, args: tuple, stream: Stream) -> None:
+        self._enqueue(stream, self.driver.submit_launch, kernel, args)
+
+    def _enqueue(self, stream: Stream, submit, *args) -> None:
         with self.lock:
             self.clock.charge_call()
             self._check(stream.device)
             try:
-                self.driver.submit_launch(stream.queue, kernel, args)
+                submit(stream.queue, *args)
             except DriverError as err:
                 raise translate_driver_error(err) from err
             self._after_submit(stream, False)
