@@ -27,7 +27,9 @@ def translate_driver_error(err: DriverError) -> errors.EmuError:
     if status == DriverStatus.INVALID_DEVICE:
         return errors.InvalidDeviceError(str(err))
     if status == DriverStatus.FIRMWARE_VERSION_MISMATCH:
-        return errors.InitializationError(str(err), code=errors.ErrorCode.FIRMWARE_VERSION_MISMATCH)
+        # Device scope: the device can run nothing until a matching firmware is loaded.
+        return errors.InitializationError(str(err), code=errors.ErrorCode.FIRMWARE_VERSION_MISMATCH,
+                                          scope=errors.Scope.DEVICE)
     if status == DriverStatus.CONTEXT_FAULTED:
         page_fault = err.record is not None and getattr(err.record.status, "name", "") == "PAGE_FAULT"
         code = errors.ErrorCode.ILLEGAL_ADDRESS if page_fault else errors.ErrorCode.KERNEL_FAULT

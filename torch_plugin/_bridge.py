@@ -4,6 +4,8 @@ The C++ core only forwards; every device semantic lives in the runtime.
 """
 from __future__ import annotations
 
+import itertools
+
 import runtime
 from runtime.runtime import Runtime
 from torch_plugin import _C
@@ -17,7 +19,9 @@ def _rt() -> Runtime:
 class Bridge:
     def __init__(self):
         self._events: dict[int, runtime.Event] = {}
-        self._next_event = 1
+        # next() on a count is atomic under the GIL; `id = n; n += 1` could hand two threads
+        # (e.g. the autograd worker and the main thread) the same event id.
+        self._event_ids = itertools.count(1)
         self.async_host_streams: set = set()  # streams with async copies touching pinned memory
 
     def device_count(self) -> int:
@@ -74,8 +78,7 @@ class Bridge:
     def event_create(self, device: int, flags: int) -> int:
         # c10::EventFlag: PYTORCH_DEFAULT = 0, BACKEND_DEFAULT = 1; timing is on unless asked off.
         event = _rt().event_create(device, enable_timing=True)
-        event_id = self._next_event
-        self._next_event += 1
+        event_id = next(self._event_ids)
         self._events[event_id] = event
         return event_id
 

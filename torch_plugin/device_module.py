@@ -10,7 +10,7 @@ import runtime
 from emulator.config import describe
 from torch_plugin import _C
 from torch_plugin._bridge import BRIDGE
-from torch_plugin.errors import raises_torch_errors, translate
+from torch_plugin.errors import EmuAcceleratorError, raises_torch_errors, translate
 
 _PRIVATEUSE1_TYPE = 20  # c10::DeviceType::PrivateUse1, what torch.Stream(device_type=...) takes
 
@@ -59,8 +59,11 @@ def _index(device) -> int:
 def _check_index(index: int) -> int:
     count = device_count()
     if not isinstance(index, int) or not 0 <= index < count:
-        raise RuntimeError(f"invalid emu device index {index!r}: {count} emu devices exist "
-                           f"(emu:0..emu:{count - 1})")
+        # An EmuAcceleratorError (a RuntimeError, like CUDA's invalid device ordinal) with code
+        # INVALID_DEVICE, as errors.py documents; this used to be a bare RuntimeError.
+        raise EmuAcceleratorError(f"invalid emu device index {index!r}: {count} emu devices exist "
+                                  f"(emu:0..emu:{count - 1})", int(runtime.ErrorCode.INVALID_DEVICE),
+                                  runtime.Scope.OPERATION.value)
     return index
 
 
@@ -139,49 +142,72 @@ def default_stream(device=None) -> Stream:
 
 
 def set_stream(stream: torch.Stream) -> None:
+    """Makes ``stream`` current on its device and, like torch.cuda.set_stream and
+    torch.accelerator.set_stream, makes its device the current device."""
+    if stream is None:
+        return
+    if current_device() != stream.device_index:
+        _C._set_device(_check_index(stream.device_index))
     _C._set_current_stream(stream.device_index, stream.stream_id)
 
 
 @contextlib.contextmanager
 def stream(s: torch.Stream | None):
+    """Runs the block on stream ``s`` (and on its device, as torch.cuda.stream does); restores the
+    previous device and the previous current streams of both devices on exit."""
     if s is None:
         yield
         return
-    previous = current_stream(s.device_index)
+    src_previous = current_stream()
+    dst_previous = current_stream(s.device_index)
     set_stream(s)
     try:
         yield s
     finally:
-        set_stream(previous)
+        if src_previous.device_index != s.device_index:
+            set_stream(dst_previous)
+        set_stream(src_previous)
 
 
 # -- memory ------------------------------------------------------------------
 def _allocator(device):
-    return runtime.get_runtime().device(_check_index(_index(device))).allocator
+    """The device's allocator, or None while it has no context: memory queries never power the
+    system on (as torch.cuda.memory_allocated does not initialise CUDA)."""
+    index = _check_index(_index(device))
+    if not runtime.is_initialized() or not runtime.get_runtime().has_context(index):
+        return None
+    return runtime.get_runtime().device(index).allocator
 
 
 def memory_stats(device=None) -> dict:
-    return _allocator(device).stats()
+    allocator = _allocator(device)
+    return {} if allocator is None else allocator.stats()
 
 
 def memory_allocated(device=None) -> int:
-    return _allocator(device).allocated
+    allocator = _allocator(device)
+    return 0 if allocator is None else allocator.allocated
 
 
 def max_memory_allocated(device=None) -> int:
-    return _allocator(device).peak_allocated
+    allocator = _allocator(device)
+    return 0 if allocator is None else allocator.peak_allocated
 
 
 def memory_reserved(device=None) -> int:
-    return _allocator(device).reserved
+    allocator = _allocator(device)
+    return 0 if allocator is None else allocator.reserved
 
 
 def max_memory_reserved(device=None) -> int:
-    return _allocator(device).peak_reserved
+    allocator = _allocator(device)
+    return 0 if allocator is None else allocator.peak_reserved
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _allocator(device).reset_peak()
+    allocator = _allocator(device)
+    if allocator is not None:
+        allocator.reset_peak()
 
 
 @raises_torch_errors

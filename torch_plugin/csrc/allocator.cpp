@@ -2,6 +2,7 @@
 // and storage resizing for emu storages.
 #include "emu_core.h"
 
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
@@ -95,17 +96,39 @@ std::map<uintptr_t, size_t>& pinned_blocks() {
   return *blocks;
 }
 
+// Statistics for at::HostAllocator::get_stats (guarded by g_pinned_mutex;
+// leaked like pinned_blocks(): late deleters update it).
+at::HostStats& pinned_stats() {
+  static auto* stats = new at::HostStats();
+  return *stats;
+}
+
 void delete_pinned_block(void* ptr) {
   // Let the emulator finish any DMA touching this block before it goes away.
   call_noexcept("pinned_free", va(ptr));
   {
     std::lock_guard<std::mutex> lock(g_pinned_mutex);
-    pinned_blocks().erase(reinterpret_cast<uintptr_t>(ptr));
+    auto it = pinned_blocks().find(reinterpret_cast<uintptr_t>(ptr));
+    if (it != pinned_blocks().end()) {
+      auto& stats = pinned_stats();
+      stats.active_requests.decrease(1);
+      stats.active_bytes.decrease(it->second);
+      stats.allocations.decrease(1);
+      stats.allocated_bytes.decrease(it->second);
+      stats.num_host_free += 1;
+      pinned_blocks().erase(it);
+    }
   }
   std::free(ptr);
 }
 
-struct EmuPinnedAllocator final : public c10::Allocator {
+// Registered both as the hooks' pinned-memory allocator and as the
+// PrivateUse1 at::HostAllocator: torch.accelerator.empty_host_cache() and
+// friends call at::getHostAllocator(PrivateUse1) and dereference the result
+// (a segfault when none is registered). It caches nothing: every block is
+// freed when its last tensor goes, after pinned_free has let the emulator
+// finish any DMA that touches it (so record_event has nothing to track).
+struct EmuPinnedAllocator final : public at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::Device cpu(c10::DeviceType::CPU);
     if (nbytes == 0) {
@@ -119,8 +142,45 @@ struct EmuPinnedAllocator final : public c10::Allocator {
     {
       std::lock_guard<std::mutex> lock(g_pinned_mutex);
       pinned_blocks()[reinterpret_cast<uintptr_t>(ptr)] = nbytes;
+      auto& stats = pinned_stats();
+      stats.active_requests.increase(1);
+      stats.active_bytes.increase(nbytes);
+      stats.allocations.increase(1);
+      stats.allocated_bytes.increase(nbytes);
+      stats.num_host_alloc += 1;
     }
     return c10::DataPtr(ptr, ptr, &delete_pinned_block, cpu);
+  }
+
+  bool record_event(void* /*ptr*/, void* /*ctx*/, c10::Stream /*stream*/) override {
+    return true; // nothing to record: see the struct comment
+  }
+
+  void empty_cache() override {} // nothing is cached
+
+  at::HostStats get_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    return pinned_stats();
+  }
+
+  void reset_accumulated_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    auto& stats = pinned_stats();
+    stats.active_requests.reset_accumulated();
+    stats.active_bytes.reset_accumulated();
+    stats.allocations.reset_accumulated();
+    stats.allocated_bytes.reset_accumulated();
+    stats.num_host_alloc = 0;
+    stats.num_host_free = 0;
+  }
+
+  void reset_peak_stats() override {
+    std::lock_guard<std::mutex> lock(g_pinned_mutex);
+    auto& stats = pinned_stats();
+    stats.active_requests.reset_peak();
+    stats.active_bytes.reset_peak();
+    stats.allocations.reset_peak();
+    stats.allocated_bytes.reset_peak();
   }
 
   c10::DeleterFnPtr raw_deleter() const override {
@@ -135,6 +195,8 @@ struct EmuPinnedAllocator final : public c10::Allocator {
 EmuPinnedAllocator g_pinned_allocator;
 
 } // namespace
+
+REGISTER_HOST_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_pinned_allocator)
 
 c10::Allocator* pinned_allocator() {
   return &g_pinned_allocator;

@@ -65,6 +65,11 @@ void call_noexcept(const char* name, const Args&... args) noexcept {
   }
   try {
     pybind11::gil_scoped_acquire gil;
+    // Deleters also run while a Python exception is propagating (e.g. an
+    // argument tensor released after its op raised). Park that exception
+    // around the call, or Python rejects the call with a SystemError and the
+    // block is never freed; it is restored when `pending` goes out of scope.
+    pybind11::error_scope pending;
     try {
       bridge().attr(name)(py_arg(args)...);
     } catch (pybind11::error_already_set& e) {

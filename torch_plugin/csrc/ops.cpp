@@ -77,11 +77,63 @@ void maybe_grow_storage(c10::TensorImpl* self) {
   }
 }
 
+// Puts a tensor's storage and geometry back if a resize_/set_ fails half-way.
+// ATen's CPU kernels set the new sizes before growing the storage, so an
+// out-of-memory growth would leave a tensor whose sizes exceed its storage:
+// every later read of it would then fault (or, on the CPU, read out of
+// bounds). "Bad input never corrupts state" (DESIGN.md): roll back instead.
+class GeometryRollback {
+ public:
+  explicit GeometryRollback(c10::TensorImpl* self)
+      : self_(self),
+        storage_(self->unsafe_storage()),
+        sizes_(self->sizes().vec()),
+        strides_(self->strides().vec()),
+        offset_(self->storage_offset()) {}
+  GeometryRollback(const GeometryRollback&) = delete;
+  GeometryRollback& operator=(const GeometryRollback&) = delete;
+  ~GeometryRollback() {
+    if (committed_) {
+      return;
+    }
+    try { // runs while an exception unwinds: must not throw
+      if (!self_->unsafe_storage().is_alias_of(storage_)) {
+        self_->set_storage_keep_dtype(storage_);
+      }
+      if (self_->sizes() != c10::IntArrayRef(sizes_) ||
+          self_->strides() != c10::IntArrayRef(strides_) || self_->storage_offset() != offset_) {
+        self_->set_sizes_and_strides(sizes_, strides_, offset_);
+      }
+    } catch (...) {
+    }
+  }
+  void commit() {
+    committed_ = true;
+  }
+
+ private:
+  c10::TensorImpl* self_;
+  c10::Storage storage_;
+  std::vector<int64_t> sizes_;
+  std::vector<int64_t> strides_;
+  int64_t offset_;
+  bool committed_ = false;
+};
+
+void check_sizes_nonnegative(c10::IntArrayRef size) {
+  for (int64_t s : size) {
+    TORCH_CHECK(s >= 0, "Trying to resize a tensor to a negative dimension ", s, ": ", size);
+  }
+}
+
 // ATen's resize_impl_cpu_ with resize_storage=false only updates the
 // sizes/strides (it returns early when they are unchanged), then we grow.
 void resize_impl(c10::TensorImpl* self, c10::IntArrayRef size, at::OptionalIntArrayRef stride) {
+  check_sizes_nonnegative(size);
+  GeometryRollback rollback(self);
   at::native::resize_impl_cpu_(self, size, stride, /*resize_storage=*/false);
   maybe_grow_storage(self);
+  rollback.commit();
 }
 
 // aten::resize_ : same steps as at::native::resize_ (CPU).
@@ -108,12 +160,15 @@ at::Tensor& set_storage_offset(
     int64_t storage_offset,
     c10::IntArrayRef size,
     c10::IntArrayRef stride) {
+  check_sizes_nonnegative(size);
+  GeometryRollback rollback(self.unsafeGetTensorImpl()); // checkSetStorage swaps the storage
   at::native::checkSetStorage(self, std::move(source), storage_offset, size, stride);
   c10::DeviceGuard guard(self.device());
   self.unsafeGetTensorImpl()->set_storage_offset(storage_offset);
   at::OptionalIntArrayRef stride_opt =
       stride.data() != nullptr ? at::OptionalIntArrayRef(stride) : std::nullopt;
   resize_impl(self.unsafeGetTensorImpl(), size, stride_opt);
+  rollback.commit();
   return self;
 }
 

@@ -60,8 +60,15 @@ def common_device(op: str, *tensors) -> int:
     return index
 
 
+def non_overlapping_and_dense(t: torch.Tensor) -> bool:
+    """ATen's TensorImpl::is_non_overlapping_and_dense(), which torch.Tensor does not expose
+    (calling t.is_non_overlapping_and_dense() raised AttributeError). ATen's has_internal_overlap
+    answers NO exactly for such tensors (aten/src/ATen/MemoryOverlap.cpp); it reads metadata only."""
+    return torch._debug_has_internal_overlap(t) == 0
+
+
 def is_dense(t: torch.Tensor) -> bool:
-    return t.is_contiguous() or t.is_non_overlapping_and_dense()
+    return non_overlapping_and_dense(t)
 
 
 def empty_like_layout(shape, dtype, device: int, *candidates) -> torch.Tensor:
@@ -69,7 +76,7 @@ def empty_like_layout(shape, dtype, device: int, *candidates) -> torch.Tensor:
     TensorIterator does), else contiguous."""
     for t in candidates:
         if isinstance(t, torch.Tensor) and tuple(t.shape) == tuple(shape) and not t.is_contiguous() \
-                and t.is_non_overlapping_and_dense():
+                and non_overlapping_and_dense(t):
             return torch.empty_strided(shape, t.stride(), dtype=dtype, device=torch.device("emu", device))
     return torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
 

@@ -5,14 +5,17 @@ dtype conversion is a device kernel: host->device copies land in a staging
 buffer of the source dtype and are converted on the device; device->host
 copies convert on the device first. A copy waits for completion unless it is
 ``non_blocking`` and its host side is pinned (then it is ordered on the stream,
-as with CUDA).
+as with CUDA). Negated views (``torch._neg_view``) copy their stored values and
+negate the destination afterwards; overlapping destinations are rejected with
+ATen's rules.
 """
 from __future__ import annotations
 
 import torch
 
 from torch_plugin._bridge import BRIDGE
-from torch_plugin.ops._common import check_dtype, current_stream, device_ref, host_ref, rt
+from torch_plugin.ops._common import (check_dtype, current_stream, device_ref, host_ref,
+                                      non_overlapping_and_dense, rt)
 
 
 def _staging(t: torch.Tensor, dtype, device: int) -> torch.Tensor:
@@ -24,26 +27,76 @@ def _convert_on_device(dst: torch.Tensor, src: torch.Tensor) -> None:
     rt().launch("copy", (device_ref(dst), device_ref(src)), current_stream(dst.device.index))
 
 
+def _without_neg(t: torch.Tensor) -> torch.Tensor:
+    """An alias of t (same memory, same geometry) whose negative bit is cleared."""
+    alias = t.as_strided(t.shape, t.stride(), t.storage_offset())
+    torch._C._set_neg(alias, False)
+    return alias
+
+
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    if src.is_neg() or src.is_conj() or dst.is_neg() or dst.is_conj():
-        raise RuntimeError("copy_: conjugated or negated views are not supported on emu (complex and "
-                           "_neg_view tensors have no device kernels yet); call .resolve_neg() on the CPU")
+    if src.is_conj() or dst.is_conj():  # only complex tensors carry it, and emu has no complex dtype
+        raise RuntimeError("copy_: conjugated views are not supported on emu (no complex dtypes); "
+                           "call .resolve_conj() on the CPU")
     check_dtype("copy_", src, dst)
-    if src.shape != dst.shape:
-        src = src.expand(dst.shape)
     if dst.numel() == 0:
         return dst
-    if dst.device.type == "emu" and torch._debug_has_internal_overlap(dst) == 1:
+    # Negative bits (torch._neg_view) arrive here through the Negative fallthrough. Copy the
+    # stored values, then negate the destination's memory when exactly one side is negated
+    # (what CPU's copy_ does): dst reads back as src.
+    negate = src.is_neg() != dst.is_neg()
+    if negate and torch.bool in (src.dtype, dst.dtype):
+        raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are "
+                           "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+    if src.is_neg():
+        src = _without_neg(src)
+    user_dst = dst
+    if dst.is_neg():
+        dst = _without_neg(dst)
+    if negate:
+        non_blocking = False  # a host destination is negated on the host once the copy has landed
+    # The overlap checks CPU's copy_ does (TensorIterator: assert_no_internal_overlap(dst),
+    # assert_no_partial_overlap(dst, src)); ATen skips them on the _copy_from path, so they
+    # are ours. They apply to a host destination too, and run on the un-broadcast src.
+    if torch._debug_has_internal_overlap(dst) == 1:
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers "
                            "to a single memory location. Please clone() the tensor before performing the "
                            "operation.")
+    if _partial_overlap(dst, src):
+        # A DMA reading and writing the same bytes in a different order (e.g. x.copy_(x.t()))
+        # would produce silently wrong values.
+        raise RuntimeError("unsupported operation: some elements of the input tensor and the written-to "
+                           "tensor refer to a single memory location. Please clone() the tensor before "
+                           "performing the operation.")
+    if src.shape != dst.shape:
+        src = src.expand(dst.shape)
     if src.device.type == "cpu":
         _host_to_device(dst, src, non_blocking)
     elif dst.device.type == "cpu":
         _device_to_host(dst, src, non_blocking)
     else:
         _device_to_device(dst, src)
-    return dst
+    if negate:
+        dst.mul_(-1)  # in the stored dtype (wraps for uint8, as CPU's neg does); on dst's stream
+    return user_dst
+
+
+def _partial_overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """ATen's get_overlap_status(a, b) == Partial (aten/src/ATen/MemoryOverlap.cpp): both dense,
+    same storage, byte ranges intersecting but not the same elements. Non-dense pairs are
+    "too hard" and, as on CPU, not rejected."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    if not (non_overlapping_and_dense(a) and non_overlapping_and_dense(b)):
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    a_begin, b_begin = a.data_ptr(), b.data_ptr()
+    a_end = a_begin + a.numel() * a.element_size()
+    b_end = b_begin + b.numel() * b.element_size()
+    if a_begin == b_begin and a_end == b_end:
+        return a.stride() != b.stride()
+    return a_begin < b_end and b_begin < a_end
 
 
 def _host_to_device(dst, src, non_blocking):
@@ -86,7 +139,22 @@ def _device_to_device(dst, src):
         converted = _staging(src, dst.dtype, src.device.index)
         _convert_on_device(converted, src)
         src = converted
-    rt().memcpy(device_ref(dst), device_ref(src), current_stream(src.device.index))
+    r = rt()
+    src_stream, dst_stream = current_stream(src.device.index), current_stream(dst.device.index)
+    # The runtime orders a peer copy against the peer's *default* stream only. As CUDA's copy_
+    # does, also order it against the destination device's current stream: after the work
+    # already queued there (else a pending write to dst lands after the copy), and before the
+    # work queued there next (else it reads dst before the copy lands).
+    other_stream = dst_stream.stream_id != 0
+    if other_stream:
+        ready = r.event_create(dst.device.index)
+        r.event_record(ready, dst_stream)
+        r.stream_wait_event(src_stream, ready)
+    r.memcpy(device_ref(dst), device_ref(src), src_stream)
+    if other_stream:
+        done = r.event_create(src.device.index)
+        r.event_record(done, src_stream)
+        r.stream_wait_event(dst_stream, done)
 
 
 def local_scalar_dense(t: torch.Tensor):

@@ -8,22 +8,43 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOATING, TO_CODE
-from torch_plugin.ops._common import (broadcast_strides, check_dtype, common_device, current_stream,
+from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
+from torch_plugin.errors import unsupported_dtype
+from torch_plugin.ops._common import (broadcast_strides, common_device, current_stream,
                                       check_overlap, device_ref, empty_like_layout, prepare_out, rt)
+
+_REDUCED_FLOAT = (torch.float16, torch.bfloat16)
 
 
 def _as_device_operand(t, dtype, device: int) -> torch.Tensor:
     if isinstance(t, torch.Tensor) and t.device.type == "emu":
         return t
-    # A Python scalar or CPU 0-dim tensor: put it on the device in the result dtype, as ATen
-    # casts scalars to the op's dtype.
-    value = t.item() if isinstance(t, torch.Tensor) else t
+    # A Python scalar or CPU 0-dim tensor: put it on the device in ``dtype``, as ATen casts
+    # scalars to the op's dtype. The cast happens on the host, from the scalar's own dtype (ATen
+    # wraps Python numbers as float64/int64/bool), with CPU's wrapping semantics (int8 + 300 adds
+    # 44); fill_ would (rightly) reject the out-of-range value.
+    if not isinstance(t, torch.Tensor):
+        t = torch.tensor(t, dtype=torch.bool if isinstance(t, bool) else
+                         torch.int64 if isinstance(t, int) else torch.float64)
+    value = t.to(dtype).item()
     return torch.full((), value, dtype=dtype, device=torch.device("emu", device))
+
+
+def _is_scalar_operand(t) -> bool:
+    """A Python number or a 0-dim tensor (CPU or emu): what CPU's TensorIterator treats as a scalar."""
+    return not isinstance(t, torch.Tensor) or t.dim() == 0
 
 
 def _shape(t):
     return t.shape if isinstance(t, torch.Tensor) else ()
+
+
+def _check_supported(op: str, *dtypes) -> None:
+    # Operands and the promoted result (float + 1j is complex): rejected before anything is
+    # allocated or launched. (_common.check_dtype raises TypeError, which `a + b` hides.)
+    for dtype in dtypes:
+        if dtype not in SUPPORTED:
+            raise unsupported_dtype(op, dtype, SUPPORTED)
 
 
 def _check_alpha(result_dtype, alpha):
@@ -38,8 +59,8 @@ def _check_alpha(result_dtype, alpha):
 def _binary(op: str, a, b, alpha=1, out=None):
     name = f"aten::{op}"
     device = common_device(name, a, b)
-    check_dtype(name, a, b)
     result_dtype = torch.result_type(a, b)
+    _check_supported(name, *(t.dtype for t in (a, b) if isinstance(t, torch.Tensor)), result_dtype)
     if op == "sub" and result_dtype == torch.bool:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                            "Use the `^` or `logical_xor()` operator instead.")
@@ -49,16 +70,26 @@ def _binary(op: str, a, b, alpha=1, out=None):
         out = empty_like_layout(shape, result_dtype, device, a, b)
     else:
         common_device(name, out, a)
-        check_dtype(name, out)
+        _check_supported(name, out.dtype)
         prepare_out(name, out, shape, result_dtype)
         check_overlap(name, out, a, b)
     if out.numel() == 0:
         return out
+    compute_dtype = result_dtype
+    b_dtype = result_dtype
+    if (op == "mul" and result_dtype in _REDUCED_FLOAT and _is_scalar_operand(b)
+            and isinstance(a, torch.Tensor) and a.dtype == result_dtype and out.dtype == result_dtype):
+        # CPU's mul for float16/bfloat16 reads a scalar second operand unrounded in float32
+        # ("opmath", TensorIterator's original_scalar_value) and rounds the product once; rounding
+        # the scalar to float16 first differed from CPU in ~1/3 of the elements. float32 compute
+        # is exact for a float16/bfloat16 ``a`` and the store rounds once. (add/sub round the
+        # scalar to the tensor dtype on CPU, and so does this kernel.)
+        compute_dtype = b_dtype = torch.float32
     a = _as_device_operand(a, result_dtype, device)
-    b = _as_device_operand(b, result_dtype, device)
+    b = _as_device_operand(b, b_dtype, device)
     alpha = alpha if result_dtype in FLOATING else int(alpha)
     rt().launch("binary", (op, device_ref(out), device_ref(a, shape, broadcast_strides(a, shape)),
-                           device_ref(b, shape, broadcast_strides(b, shape)), TO_CODE[result_dtype], alpha),
+                           device_ref(b, shape, broadcast_strides(b, shape)), TO_CODE[compute_dtype], alpha),
                 current_stream(device))
     return out
 
@@ -89,7 +120,7 @@ def mul_out(a, b, *, out):
 
 def _relu(a, out):
     common_device("aten::relu", a)
-    check_dtype("aten::relu", a)
+    _check_supported("aten::relu", a.dtype)
     if a.dtype == torch.bool:
         raise RuntimeError("\"clamp_min_scalar_cpu\" not implemented for 'Bool'")
     if out is None:

@@ -13,16 +13,36 @@ import torch
 from torch_plugin.ops._common import check_dtype, current_stream, device_ref, rt
 
 
+def _overflow(dtype):
+    return RuntimeError(f"value cannot be converted to type {dtype} without overflow")
+
+
 def _python_value(value, dtype):
+    """The fill value as the kernel takes it, with CPU's (c10::checked_convert) range checks: an
+    out-of-range value raises instead of silently wrapping (int8 fill_(300) used to store 44)."""
     if isinstance(value, complex):
         raise RuntimeError("fill_: complex values are not supported on emu")
     if dtype == torch.bool:
         return bool(value)
     if not dtype.is_floating_point:
-        if isinstance(value, float) and not math.isfinite(value):
-            raise RuntimeError(f"value cannot be converted to type {dtype} without overflow")
-        return int(value)
-    return float(value)
+        info = torch.iinfo(dtype)
+        if isinstance(value, float):
+            if not math.isfinite(value) or value < info.min or value > info.max:
+                raise _overflow(dtype)
+            return int(value)  # truncates, like the C++ cast
+        value = int(value)
+        if info.min == 0 and value < 0:
+            # c10 lets a negative integer wrap into an unsigned type down to -max (uint8: -1 -> 255)
+            if -value > info.max:
+                raise _overflow(dtype)
+            return value % (info.max + 1)
+        if not info.min <= value <= info.max:
+            raise _overflow(dtype)
+        return value
+    value = float(value)
+    if dtype != torch.float64 and math.isfinite(value) and abs(value) > torch.finfo(dtype).max:
+        raise _overflow(dtype)  # inf and NaN are fine; a finite value beyond the type's max is not
+    return value
 
 
 def fill_scalar(t, value):
@@ -57,7 +77,14 @@ def _sequence_out(out, n):
     return out
 
 
+def _check_sequence_dtype(op: str, out) -> None:
+    check_dtype(f"aten::{op}", out)
+    if out.dtype == torch.bool:  # as on CPU, rather than a plausible-looking cast
+        raise NotImplementedError(f"\"{op}\" not implemented for 'Bool' (on emu, as on CPU)")
+
+
 def arange_out(start, end, step=1, *, out):
+    _check_sequence_dtype("arange", out)
     start, end, step = (s.item() if isinstance(s, torch.Tensor) else s for s in (start, end, step))
     if step == 0:
         raise RuntimeError("step must be nonzero")
@@ -65,9 +92,27 @@ def arange_out(start, end, step=1, *, out):
         raise RuntimeError(f"unsupported range: {start} -> {end}")
     if (step > 0 and start > end) or (step < 0 and start < end):
         raise RuntimeError("upper bound and larger bound inconsistent with step sign")
-    integral = not out.dtype.is_floating_point and all(isinstance(v, int) for v in (start, end, step))
-    n = -(-(end - start) // step) if integral else math.ceil((end - start) / step)
-    _sequence_out(out, int(n))
+    if not out.dtype.is_floating_point:
+        # CPU (RangeFactories.cpp) truncates start/end/step to int64 for the values, start + i*step;
+        # the length is an integer formula on the truncated values for int64 and ceil((end -
+        # start) / step) on the original ones for the other integer types. Passing the float
+        # arguments to the kernel gave e.g. arange(0, 5, 1.5, dtype=int64) == [0, 1, 3, 4] (CPU:
+        # [0, 1, 2, 3, 4]) and arange(-2.5, 2, dtype=int64) a fifth element.
+        xstart, xend, xstep = (int(v) for v in (start, end, step))
+        if out.dtype == torch.int64:
+            if xstep == 0:
+                raise RuntimeError("step must be nonzero")
+            sign = (xstep > 0) - (xstep < 0)
+            span = xend - xstart + xstep - sign
+            n = abs(span) // abs(xstep) * (1 if (span >= 0) == (xstep > 0) else -1)  # C++ int64 division
+        else:
+            n = -(-(end - start) // step) if all(isinstance(v, int) for v in (start, end, step)) \
+                else math.ceil((end - start) / step)
+        start, step = xstart, xstep
+    else:
+        n = math.ceil((end - start) / step)
+    n = max(int(n), 0)
+    _sequence_out(out, n)
     if n > 0:
         rt().launch("arange", (device_ref(out), int(n), start, step), current_stream(out.device.index))
     return out
@@ -77,7 +122,17 @@ def linspace_out(start, end, steps, *, out):
     start, end = (s.item() if isinstance(s, torch.Tensor) else s for s in (start, end))
     if steps < 0:
         raise RuntimeError("number of steps must be non-negative")
+    # CPU converts start and end to the output dtype first (checked: an out-of-range value raises;
+    # integers truncate, float16 rounds), then interpolates: linspace(0.7, 3.9, 5, dtype=int64)
+    # is [0, 0, 1, 2, 3] there, and was [0, 1, 2, 3, 3] here.
+    _check_sequence_dtype("linspace", out)
+    start, end = (_python_value(v, out.dtype) for v in (start, end))
+    if out.dtype.is_floating_point:
+        start, end = (torch.tensor(v, dtype=torch.float64).to(out.dtype).item() for v in (start, end))
     _sequence_out(out, steps)
+    if steps == 1:
+        # ATen fills start when steps == 1; the kernel's symmetric formula gave end.
+        return fill_scalar(out, start)
     if steps > 0:
         rt().launch("linspace", (device_ref(out), int(steps), float(start), float(end)),
                     current_stream(out.device.index))

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOATING
+from torch_plugin._dtypes import FLOATING, SUPPORTED
+from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops import fallback
 from torch_plugin.ops._common import (broadcast_strides, check_overlap, common_device, current_stream,
                                       device_ref, prepare_out, rt)
 
 
 def _check(op: str, a, b):
+    for t in (a, b):  # before the host fallback, which could not move them to the host either
+        if t.dtype not in SUPPORTED:
+            raise unsupported_dtype(op, t.dtype, SUPPORTED)
     if a.dim() != 2 or b.dim() != 2:
         raise RuntimeError(f"{op}: self must be a matrix" if a.dim() != 2 else f"{op}: mat2 must be a matrix")
     if a.shape[1] != b.shape[0]:
@@ -34,8 +38,17 @@ def _matmul(op, out, a, b, bias, beta, alpha):
         prepare_out(op, out, (M, N), a.dtype)
         if out.dtype != a.dtype:
             raise RuntimeError(f"{op}: expected out tensor to have dtype {a.dtype}, but got {out.dtype} instead")
-        check_overlap(op, out, a, b)
+        # bias too: out= may alias it exactly (the in-place form), never partly.
+        check_overlap(op, out, a, b, *([bias] if bias is not None else []))
     if out.numel() == 0:
+        return out
+    if alpha == 0:
+        # BLAS (and CPU/CUDA addmm) semantics: alpha == 0 does not read mat1 @ mat2, so NaN/inf
+        # in them must not reach the result (the GEMM kernel computed 0 * NaN = NaN).
+        if bias is None or beta == 0:
+            out.zero_()
+        else:
+            torch.mul(bias.expand(M, N), beta, out=out)
         return out
     c = None
     if bias is not None and beta != 0:

@@ -6,6 +6,8 @@ runs are reproducible and ``get_rng_state``/``set_rng_state`` round-trip.
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from torch_plugin import _C
@@ -28,8 +30,17 @@ def uniform_(t, from_=0.0, to=1.0, *, generator=None):
     check_dtype("aten::uniform_", t)
     if t.dtype not in FLOATING:
         raise RuntimeError(f"uniform_ is implemented for floating types only, got {t.dtype}")
+    # CPU's argument checks, before launch: the kernel turns a non-finite bound into a device
+    # KERNEL_FAULT, which is sticky for the context (a bad argument must never poison it).
+    limit = torch.finfo(t.dtype).max
+    for name, value in (("from", from_), ("to", to)):
+        if not -limit <= value <= limit:  # also NaN and inf
+            raise RuntimeError(f"{name} is out of bounds for {t.dtype}")
     if from_ > to:
         raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={from_} > to={to}")
+    if to - from_ > limit:
+        raise RuntimeError(f"uniform_ expects to-from <= the largest {t.dtype}, but found to={to} and "
+                           f"from={from_} which result in to-from to exceed the limit")
     if t.numel() == 0:
         return t
     seed, offset = _reserve(t, generator, 2 if t.dtype == torch.float64 else 1)
@@ -40,10 +51,15 @@ def normal_(t, mean=0.0, std=1.0, *, generator=None):
     check_dtype("aten::normal_", t)
     if t.dtype not in FLOATING:
         raise RuntimeError(f"normal_ is implemented for floating types only, got {t.dtype}")
-    if std < 0:
+    if not std >= 0:  # NaN too, as on CPU
         raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
     if t.numel() == 0:
         return t
+    if not math.isfinite(mean) or math.isinf(std):
+        # CPU gives mean + std * z (inf/NaN values); the kernel faults the device on non-finite
+        # parameters (sticky for the context), so draw N(0, 1) and scale on the device.
+        normal_(t, 0.0, 1.0, generator=generator)
+        return t.mul_(std).add_(mean)
     seed, offset = _reserve(t, generator, 4 if t.dtype == torch.float64 else 2)
     return _launch("normal", t, (seed, offset, float(mean), float(std)))
 
@@ -93,6 +109,18 @@ def bernoulli_float(t, p=0.5, *, generator=None):
 
 def bernoulli_tensor(t, p, *, generator=None):
     check_dtype("aten::bernoulli_", t, p)
+    # Checked before launch, as CPU does: an integer/bool p made the kernel fault the device
+    # (sticky for the context), and a p that does not broadcast to t was read out of bounds.
+    if not p.dtype.is_floating_point:
+        raise NotImplementedError(f"bernoulli_: p must be a floating point tensor on emu (as on CPU), "
+                                  f"got {p.dtype}")
+    try:
+        expands = torch.broadcast_shapes(p.shape, t.shape) == t.shape
+    except RuntimeError:
+        expands = False
+    if not expands:
+        raise RuntimeError(f"bernoulli_: p of shape {list(p.shape)} cannot be expanded to the shape "
+                           f"{list(t.shape)} of self")
     if p.device != t.device:
         p = p.to(t.device)
     if t.numel() == 0:
