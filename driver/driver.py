@@ -25,6 +25,7 @@ log = logging.getLogger("seed.driver")
 TensorRef = namedtuple("TensorRef", "host device address dtype shape strides")
 MAX_RANK = 12
 _ITEMSIZE = dtypes.ITEMSIZE
+_INT = frozenset({int})
 _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type(None)})
 
 
@@ -134,13 +135,13 @@ class Driver:
         self._endpoint(device)
         return next(self._semaphores)
 
-    def _descriptor(self, ref, asid_of_device) -> abi.TensorDescriptor:
+    def _descriptor(self, ref, queue: Queue, peer_asids=None) -> abi.TensorDescriptor:
         if type(ref) is not TensorRef:
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"expected a TensorRef, got {type(ref).__name__}")
         host, device, address, dtype, shape, strides = ref
         dims = (*shape, *strides)
         if (dtype not in _ITEMSIZE or len(shape) != len(strides) or len(shape) > MAX_RANK
-                or not all(type(v) is int and v >= 0 for v in dims)):
+                or (dims and (not set(map(type, dims)) <= _INT or min(dims) < 0))):
             raise DriverError(DriverStatus.INVALID_ARGUMENT,
                               f"invalid tensor descriptor: dtype code {dtype!r}, shape {shape}, strides "
                               f"{strides} (need a known dtype and non-negative int shape/strides of the "
@@ -149,13 +150,18 @@ class Driver:
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid address {address!r}")
         if host:
             return abi.TensorDescriptor(abi.MemorySpace.HOST, -1, 0, address, dtype, tuple(shape), tuple(strides))
-        self._endpoint(device)
-        return abi.TensorDescriptor(abi.MemorySpace.DEVICE, device, asid_of_device(device),
-                                    address, dtype, tuple(shape), tuple(strides))
+        if device == queue.device:
+            asid = queue.context.asid
+        else:
+            self._endpoint(device)
+            if peer_asids is None or device not in peer_asids:
+                raise DriverError(DriverStatus.INVALID_ARGUMENT, f"no context given for peer device {device}")
+            asid = peer_asids[device]
+        return abi.TensorDescriptor(abi.MemorySpace.DEVICE, device, asid, address, dtype, tuple(shape),
+                                    tuple(strides))
 
     def submit_copy(self, queue: Queue, dst: TensorRef, src: TensorRef, peer_asids=None) -> int:
-        asid_of = self._asid_resolver(queue, peer_asids)
-        d, s = self._descriptor(dst, asid_of), self._descriptor(src, asid_of)
+        d, s = self._descriptor(dst, queue, peer_asids), self._descriptor(src, queue, peer_asids)
         if d.shape != s.shape or dtypes.ITEMSIZE[d.dtype] != dtypes.ITEMSIZE[s.dtype] or d.dtype != s.dtype:
             raise DriverError(DriverStatus.INVALID_ARGUMENT,
                               f"copy needs equal shapes and dtypes, got {d.shape}/{d.dtype} and {s.shape}/{s.dtype}")
@@ -164,14 +170,13 @@ class Driver:
         return self._submit(queue, lambda seq: abi.CopyCommand(abi.Opcode.COPY, seq, queue.context.asid, d, s))
 
     def submit_fill(self, queue: Queue, dst: TensorRef, value) -> int:
-        d = self._descriptor(dst, self._asid_resolver(queue, None))
+        d = self._descriptor(dst, queue)
         if d.space != abi.MemorySpace.DEVICE or not isinstance(value, (bool, int, float)):
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"fill needs device memory and a number, got {value!r}")
         return self._submit(queue, lambda seq: abi.FillCommand(abi.Opcode.FILL, seq, queue.context.asid, d, value))
 
     def submit_launch(self, queue: Queue, kernel: str, args: tuple) -> int:
-        asid_of = self._asid_resolver(queue, None)
-        resolved = tuple(self._descriptor(a, asid_of) if type(a) is TensorRef else a for a in args)
+        resolved = tuple(self._descriptor(a, queue) if type(a) is TensorRef else a for a in args)
         for a in resolved:
             if type(a) not in _LAUNCH_ARG_TYPES:
                 raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
@@ -187,28 +192,17 @@ class Driver:
         return self._submit(queue, lambda seq: abi.WaitCommand(abi.Opcode.WAIT, seq, queue.context.asid,
                                                               device, semaphore, value))
 
-    def _asid_resolver(self, queue: Queue, peer_asids):
-        def asid_of(device):
-            if device == queue.device:
-                return queue.context.asid
-            if peer_asids is None or device not in peer_asids:
-                raise DriverError(DriverStatus.INVALID_ARGUMENT,
-                                  f"no context given for peer device {device}")
-            return peer_asids[device]
-        return asid_of
-
     def _submit(self, queue: Queue, build) -> int:
         with self.lock:
             endpoint = self.platform.endpoints[queue.device]
-            if endpoint.ring_free_slots(queue.ring_id) == 0:
+            seq = next(self._seq)
+            command = build(seq)
+            while not endpoint.submit(queue.ring_id, self._host_now(), command):
                 # Back-pressure: the host blocks until the firmware drained half the ring
                 # (one wake-up per half ring keeps the simulation batched).
                 half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
                 self.platform.run_until(endpoint.ring_space_event(queue.ring_id, half))
                 self._host_waited_until(self.platform.now_ns)
-            seq = next(self._seq)
-            endpoint.write_ring(queue.ring_id, self._host_now(), build(seq))
-            endpoint.ring_doorbell(queue.ring_id)
             return seq
 
     def _host_now(self) -> float:

@@ -46,6 +46,15 @@ class DeviceEndpoint:
     def write_ring(self, ring_id: int, submit_ns: float, command) -> None:
         self._device.command_processor.rings[ring_id].write((submit_ns, command))
 
+    def submit(self, ring_id: int, submit_ns: float, command) -> bool:
+        """Writes a slot and rings the doorbell; False (nothing written) when the ring is full."""
+        ring = self._device.command_processor.rings[ring_id]
+        if not ring.free_slots():
+            return False
+        ring.write((submit_ns, command))
+        ring.ring_doorbell()
+        return True
+
     def ring_doorbell(self, ring_id: int) -> None:
         self._device.command_processor.rings[ring_id].ring_doorbell()
 

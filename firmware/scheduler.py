@@ -22,7 +22,9 @@ from firmware.image import FirmwareImage
 
 log = logging.getLogger("seed.firmware")
 
-TRACE_ENTRIES = 200_000  # bounded timeline; aggregate statistics cover the whole run
+TRACE_ENTRIES = 200_000
+_SIGNAL, _WAIT = int(abi.Opcode.SIGNAL), int(abi.Opcode.WAIT)
+_COPY, _FILL, _LAUNCH = int(abi.Opcode.COPY), int(abi.Opcode.FILL), int(abi.Opcode.LAUNCH)  # bounded timeline; aggregate statistics cover the whole run
 
 
 class KernelStats:
@@ -56,12 +58,14 @@ class FirmwareInstance:
             # The command cannot start before the host wrote it, plus fetch and decode.
             # Nothing about it (not even a fault) happens earlier, and engines are booked only
             # by commands that are ready, so an idle engine serves whoever is ready first.
-            ready = max(env.now, submit_ns) + decode_ns
+            # Decode is pipelined: it overlaps the previous command of the ring, so a backlog
+            # of commands pays it only once.
+            ready = max(env.now, submit_ns + decode_ns)
             if ready > env.now:
                 yield env.timeout(ready - env.now)
             op = command[0]
-            if op == abi.Opcode.SIGNAL or op == abi.Opcode.WAIT:
-                if op == abi.Opcode.SIGNAL:
+            if op == _SIGNAL or op == _WAIT:
+                if op == _SIGNAL:
                     self._signal(ring, command)
                 else:
                     sems = self.device.peers[command.device].command_processor.semaphores
@@ -71,7 +75,20 @@ class FirmwareInstance:
             if command.asid in self.faulted_asids:
                 continue  # ABORTED: the context is poisoned, skip the work, keep fences moving
             try:
-                yield from self._execute(ring, command, env.now)
+                # Book the engine (faults in operand translation surface here), wait until the
+                # work ends in simulated time, then do its effect on memory.
+                if op == _LAUNCH:
+                    end, finish = self._book_kernel(ring, command, command.kernel, command.args)
+                elif op == _COPY:
+                    end, finish = self._book_copy(ring, command)
+                elif op == _FILL:
+                    end, finish = self._book_kernel(ring, command, "fill", (command.dst, command.value))
+                else:
+                    raise HardwareFault(FaultRecord("invalid_command", "command_processor", self.device.index,
+                                                    None, env.now, f"invalid opcode {op!r}"))
+                if end > env.now:
+                    yield env.timeout(end - env.now)
+                finish()
             except HardwareFault as fault:
                 self._record_error(ring, command, fault)
             except Exception as err:  # a kernel rejected its operands: a kernel fault
@@ -110,18 +127,6 @@ class FirmwareInstance:
         return "vector_engine"
 
     # -- execution ---------------------------------------------------------
-    def _execute(self, ring, command, ready):
-        op = command.opcode
-        if op == abi.Opcode.COPY:
-            yield from self._copy(ring, command, ready)
-        elif op == abi.Opcode.FILL:
-            yield from self._run_kernel(ring, command, "fill", (command.dst, command.value), ready)
-        elif op == abi.Opcode.LAUNCH:
-            yield from self._run_kernel(ring, command, command.kernel, command.args, ready)
-        else:
-            raise HardwareFault(FaultRecord("invalid_command", "command_processor", self.device.index, None,
-                                            self.env.now, f"invalid opcode {op!r}"))
-
     def _resolve(self, desc: abi.TensorDescriptor, unit: str) -> Operand:
         shape, strides = desc.shape, desc.strides
         if desc.space == abi.MemorySpace.HOST or 0 in shape:
@@ -135,9 +140,9 @@ class FirmwareInstance:
         return Operand(device.hbm.host_address(physical, span), desc.dtype, shape, strides)
 
     def _resolve_args(self, args, unit):
-        return tuple(self._resolve(a, unit) if type(a) is abi.TensorDescriptor else a for a in args)
+        return [self._resolve(a, unit) if type(a) is abi.TensorDescriptor else a for a in args]
 
-    def _copy(self, ring, command, ready):
+    def _book_copy(self, ring, command):
         dst, src = command.dst, command.src
         dev = self.device
         nbytes = prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
@@ -157,16 +162,18 @@ class FirmwareInstance:
         out = self._resolve(dst, "dma")
         inp = self._resolve(src, "dma")
         engine = dev.dma.engines.first_free()
-        start = engine.earliest_start(ready)
+        start = engine.earliest_start(self.env.now)
         if link is not None:
             start = link.earliest_start(start)
             link.hold(start, duration)
         end = engine.hold(start, duration)
-        yield self.env.timeout(end - self.env.now)
-        KERNELS["copy"].run(out, inp)
-        self._account(ring, command, f"memcpy_{counter}", "dma", start, nbytes, 0)
 
-    def _run_kernel(self, ring, command, name, args, ready):
+        def finish():
+            KERNELS["copy"].run(out, inp)
+            self._account(ring, command, f"memcpy_{counter}", "dma", start, nbytes, 0)
+        return end, finish
+
+    def _book_kernel(self, ring, command, name, args):
         kernel = KERNELS.get(name)
         if kernel is None:
             raise HardwareFault(_unknown_kernel(self, name))
@@ -176,12 +183,14 @@ class FirmwareInstance:
         duration, nbytes, flops = kernel.cost(self.device, *operands)
         if name != "fill":
             duration += self.device.command_processor.config.launch_ns
-        start = engine.timeline.earliest_start(ready)
+        start = engine.timeline.earliest_start(self.env.now)
         end = engine.timeline.hold(start, duration)
-        yield self.env.timeout(end - self.env.now)
-        kernel.run(*operands)
-        label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
-        self._account(ring, command, label, unit, start, nbytes, flops)
+
+        def finish():
+            kernel.run(*operands)
+            label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
+            self._account(ring, command, label, unit, start, nbytes, flops)
+        return end, finish
 
     def _account(self, ring, command, name, engine, start, nbytes, flops):
         self.trace.append(abi.TraceEntry(self.device.index, ring.ring_id, command.seq, name, engine,

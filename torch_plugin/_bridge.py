@@ -5,6 +5,7 @@ The C++ core only forwards; every device semantic lives in the runtime.
 from __future__ import annotations
 
 import itertools
+import weakref
 
 import runtime
 from runtime.runtime import Runtime
@@ -23,6 +24,8 @@ class Bridge:
         # (e.g. the autograd worker and the main thread) the same event id.
         self._event_ids = itertools.count(1)
         self.async_host_streams: set = set()  # streams with async copies touching pinned memory
+        # allocator -> its accumulated counters at the last reset_accumulated_memory_stats()
+        self._accumulated_base = weakref.WeakKeyDictionary()
 
     def device_count(self) -> int:
         try:
@@ -111,6 +114,80 @@ class Bridge:
     def record_stream(self, device: int, ptr: int, stream_id: int) -> None:
         _rt().record_stream(device, ptr, stream_id)
 
+    # -- memory statistics (c10::DeviceAllocator) ---------------------------
+    # Queries never power the emulated system on, nor create a device's context: while either
+    # is missing the answers are zeros (as torch.cuda.memory_allocated does not initialise CUDA).
+    def _live_allocator(self, device: int):
+        if not runtime.is_initialized():
+            return None
+        rt = _rt()
+        return rt.device(device).allocator if rt.has_context(device) else None
+
+    def memory_initialized(self) -> bool:
+        return runtime.is_initialized()
+
+    @raises_torch_errors
+    def memory_stats(self, device: int) -> dict:
+        """The allocator's statistics, flat, in torch.cuda.memory_stats() naming
+        ("allocated_bytes.all.current", "num_ooms", ...). Only integer entries; the C++ core maps
+        them into c10::CachingDeviceAllocator::DeviceStats (absent entries stay 0)."""
+        allocator = self._live_allocator(device)
+        if allocator is None:
+            return {}
+        stats = {k: int(v) for k, v in allocator.stats().items()
+                 if isinstance(v, int) and not isinstance(v, bool)}
+        get = stats.get
+        # Counters since the last reset_accumulated_memory_stats() (the allocator itself never
+        # resets them): subtract the values recorded then.
+        base = self._accumulated_base.get(allocator, {})
+        for key in _ACCUMULATED:
+            if key in stats:
+                stats[key] = max(0, stats[key] - base.get(key, 0))
+        # Every block is its own segment and every live block is active: derive the rows torch
+        # reads that the runtime's allocator does not name itself.
+        derived = {
+            "allocation.all.current": get("active.all.current", 0),
+            "active_bytes.all.current": get("allocated_bytes.all.current", 0),
+            "active_bytes.all.peak": get("allocated_bytes.all.peak", 0),
+            "segment.all.allocated": get("num_device_alloc", 0),
+        }
+        for key, value in derived.items():
+            stats.setdefault(key, value)
+        for metric in ("allocated", "freed"):
+            stats.setdefault(f"active.all.{metric}", get(f"allocation.all.{metric}", 0))
+        # Counts whose peak the allocator does not track: the current value is a lower bound.
+        for row in ("allocation", "active"):
+            stats.setdefault(f"{row}.all.peak", get(f"{row}.all.current", 0))
+        return stats
+
+    @raises_torch_errors
+    def memory_reset_peak(self, device: int) -> None:
+        allocator = self._live_allocator(device)
+        if allocator is not None:
+            allocator.reset_peak()
+
+    @raises_torch_errors
+    def memory_reset_accumulated(self, device: int) -> None:
+        allocator = self._live_allocator(device)
+        if allocator is not None:
+            stats = allocator.stats()
+            self._accumulated_base[allocator] = {k: int(stats[k]) for k in _ACCUMULATED if k in stats}
+
+    @raises_torch_errors
+    def empty_cache(self) -> None:
+        """Releases the cached blocks of every device that has a context (powers nothing on)."""
+        if runtime.is_initialized():
+            rt = _rt()
+            for index in range(rt.device_count):
+                if rt.has_context(index):
+                    rt.empty_cache(index)
+
+    @raises_torch_errors
+    def mem_get_info(self, device: int) -> tuple[int, int]:
+        """(free, total) bytes of the device; powers the system on if needed."""
+        free, total = _rt().mem_get_info(device)
+        return int(free), int(total)
+
     def pinned_free(self, ptr: int) -> None:
         # A pinned block may still be read or written by a queued DMA: finish those first.
         if self.async_host_streams and runtime.is_initialized():
@@ -118,5 +195,9 @@ class Bridge:
             for stream in streams:
                 stream.synchronize()
 
+
+# Historical totals torch.accelerator.reset_accumulated_memory_stats() resets.
+_ACCUMULATED = ("allocation.all.allocated", "allocation.all.freed", "num_alloc_retries", "num_ooms",
+                "num_cache_hits", "num_device_alloc", "num_device_free")
 
 BRIDGE = Bridge()

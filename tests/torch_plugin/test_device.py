@@ -128,16 +128,80 @@ def test_torch_accelerator_api():
     assert torch.emu.current_stream(1) == s
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "csrc/allocator.cpp registers EmuDeviceAllocator as a plain c10::Allocator, not a "
-    "c10::DeviceAllocator, so torch.accelerator.memory_allocated/memory_stats/empty_cache/"
-    "get_memory_info hit 'INTERNAL ASSERT FAILED ... Allocator for emu is not a DeviceAllocator'"))
-def test_torch_accelerator_memory_api():
+def test_torch_accelerator_memory_api(tmp_path):
+    # csrc/allocator.cpp registers a c10::DeviceAllocator (it used to be a plain c10::Allocator,
+    # and these hit "INTERNAL ASSERT FAILED ... Allocator for emu is not a DeviceAllocator").
+    acc = torch.accelerator
+
+    def agree(device=0):
+        assert acc.memory_allocated(device) == torch.emu.memory_allocated(device)
+        assert acc.max_memory_allocated(device) == torch.emu.max_memory_allocated(device)
+        assert acc.memory_reserved(device) == torch.emu.memory_reserved(device)
+        assert acc.max_memory_reserved(device) == torch.emu.max_memory_reserved(device)
+
     x = torch.empty(1000, device="emu")
-    assert torch.accelerator.memory_allocated() == torch.emu.memory_allocated()
-    torch.accelerator.empty_cache()
-    assert torch.accelerator.get_memory_info() == torch.emu.mem_get_info()
+    y = torch.empty(3 * MiB // 4, device="emu")  # 3 MiB: a block of its own
+    agree()
+    agree(1)
+    assert acc.memory_allocated() >= 3 * MiB + 4000
+    for device in (None, 0, "emu:0", torch.device("emu", 0), torch.device("emu")):
+        assert acc.memory_allocated(device) == torch.emu.memory_allocated(0)
+    stats, raw = acc.memory_stats(), torch.emu.memory_stats()
+    for key in ("allocated_bytes.all.current", "allocated_bytes.all.peak", "reserved_bytes.all.current",
+                "reserved_bytes.all.peak", "active.all.current", "num_alloc_retries", "num_ooms",
+                "num_device_alloc"):
+        assert stats[key] == raw[key], key
+    assert stats["active_bytes.all.current"] == stats["allocated_bytes.all.current"]
+    assert stats["allocation.all.current"] == stats["active.all.current"] >= 2
+    assert all(isinstance(v, int) and v >= 0 for v in stats.values())
+
+    del y
+    agree()
+    acc.empty_cache()  # y's cached 3 MiB go back to the driver
+    agree()
+    assert acc.max_memory_reserved() >= acc.memory_reserved() + 3 * MiB
+    acc.reset_peak_memory_stats()
+    assert acc.max_memory_allocated() == acc.memory_allocated()
+    assert acc.max_memory_reserved() == acc.memory_reserved()
+    agree()
+
+    gc.collect()
+    acc.reset_accumulated_memory_stats()
+    stats = acc.memory_stats()
+    assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] == 0
+    z = torch.empty(10, device="emu")
+    del z
+    stats = acc.memory_stats()
+    assert stats["allocation.all.allocated"] == stats["allocation.all.freed"] == 1
+    assert stats["allocated_bytes.all.current"] == torch.emu.memory_allocated()
+
+    assert acc.get_memory_info() == torch.emu.mem_get_info()
+    assert acc.get_memory_info(1) == torch.emu.mem_get_info(1)
+    with pytest.raises(RuntimeError, match="invalid device index"):
+        acc.memory_stats(torch.emu.device_count())
     del x
+
+    # Like CUDA, the queries never power the system on (get_memory_info may), nor give an
+    # untouched device a context.
+    out = ok(run_python("""
+        import torch
+        import runtime
+        acc = torch.accelerator
+        print("before", acc.memory_allocated(), acc.max_memory_allocated(), acc.memory_reserved(),
+              acc.max_memory_reserved(), dict(acc.memory_stats()))
+        acc.empty_cache(); acc.reset_peak_memory_stats(); acc.reset_accumulated_memory_stats()
+        print("init_after_queries", torch.emu.is_initialized())
+        x = torch.ones(1000, device="emu:0")
+        print("device1", acc.memory_allocated(1), acc.memory_stats(1)["reserved_bytes.all.current"],
+              runtime.get_runtime().has_context(1))
+        print("device0", acc.memory_allocated(0) == torch.emu.memory_allocated(0) > 0)
+        print("info", acc.get_memory_info(1) == torch.emu.mem_get_info(1))
+    """, tmp_path))
+    assert "before 0 0 0 0 {}" in out
+    assert "init_after_queries False" in out
+    assert "device1 0 0 False" in out
+    assert "device0 True" in out
+    assert "info True" in out
 
 
 def test_torch_accelerator_empty_host_cache_does_not_crash(tmp_path):

@@ -1,15 +1,21 @@
-// Device allocator (forwards to bridge.malloc/free), pinned host allocator,
-// and storage resizing for emu storages.
+// Device allocator (forwards to bridge.malloc/free, and its statistics to
+// bridge.memory_*), pinned host allocator, and storage resizing for emu
+// storages.
 #include "emu_core.h"
 
 #include <ATen/core/CachingHostAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
 
 namespace emu {
 
@@ -30,7 +36,65 @@ void delete_device_block(void* ctx) {
   delete block;
 }
 
-struct EmuDeviceAllocator final : public c10::Allocator {
+// bridge.memory_stats(device): a flat dict in torch.cuda.memory_stats()
+// naming ("allocated_bytes.all.current", "num_ooms", ...) -> DeviceStats.
+// Names the bridge does not report stay 0.
+c10::CachingDeviceAllocator::DeviceStats device_stats_from_bridge(c10::DeviceIndex device) {
+  namespace py = pybind11;
+  using c10::CachingAllocator::Stat;
+  using c10::CachingAllocator::StatArray;
+
+  std::unordered_map<std::string, int64_t> flat;
+  {
+    py::gil_scoped_acquire gil;
+    py::object result = bridge().attr("memory_stats")(py_arg(device));
+    for (auto item : py::cast<py::dict>(result)) {
+      flat[item.first.cast<std::string>()] = item.second.cast<int64_t>();
+    }
+  }
+  auto get = [&flat](const std::string& key) -> int64_t {
+    auto it = flat.find(key);
+    return it == flat.end() ? 0 : it->second;
+  };
+  auto fill_stat = [&get](Stat& stat, const std::string& prefix) {
+    stat.current = get(prefix + ".current");
+    stat.peak = get(prefix + ".peak");
+    stat.allocated = get(prefix + ".allocated");
+    stat.freed = get(prefix + ".freed");
+  };
+  // Index order of c10::CachingAllocator::StatType.
+  static constexpr std::array<const char*, 3> kPools = {"all", "small_pool", "large_pool"};
+  auto fill_array = [&fill_stat](StatArray& array, const std::string& name) {
+    for (size_t i = 0; i < kPools.size() && i < array.size(); ++i) {
+      fill_stat(array[i], name + "." + kPools[i]);
+    }
+  };
+
+  c10::CachingDeviceAllocator::DeviceStats stats;
+  fill_array(stats.allocation, "allocation");
+  fill_array(stats.segment, "segment");
+  fill_array(stats.active, "active");
+  fill_array(stats.inactive_split, "inactive_split");
+  fill_array(stats.allocated_bytes, "allocated_bytes");
+  fill_array(stats.reserved_bytes, "reserved_bytes");
+  fill_array(stats.active_bytes, "active_bytes");
+  fill_array(stats.inactive_split_bytes, "inactive_split_bytes");
+  fill_array(stats.requested_bytes, "requested_bytes");
+  stats.num_alloc_retries = get("num_alloc_retries");
+  stats.num_ooms = get("num_ooms");
+  fill_stat(stats.oversize_allocations, "oversize_allocations");
+  fill_stat(stats.oversize_segments, "oversize_segments");
+  stats.num_sync_all_streams = get("num_sync_all_streams");
+  stats.num_device_alloc = get("num_device_alloc");
+  stats.num_device_free = get("num_device_free");
+  stats.num_oom_rejections = get("num_oom_rejections");
+  stats.max_split_size = get("max_split_size");
+  return stats;
+}
+
+// A c10::DeviceAllocator, so that torch.accelerator.memory_* / empty_cache /
+// get_memory_info work for emu. The caching itself lives in the runtime.
+struct EmuDeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     c10::DeviceIndex device = current_device();
     c10::Device dev(c10::DeviceType::PrivateUse1, device);
@@ -48,6 +112,56 @@ struct EmuDeviceAllocator final : public c10::Allocator {
     if (count > 0) {
       call("memcpy_d2d", current_device(), va(dest), va(src), static_cast<uint64_t>(count));
     }
+  }
+
+  // True once the emulated system is powered on. Never powers it on: the
+  // torch.accelerator memory queries return empty/zero stats before that.
+  bool initialized() override {
+    if (!bridge_usable()) {
+      return false;
+    }
+    try {
+      return call<bool>("memory_initialized");
+    } catch (pybind11::error_already_set& e) {
+      pybind11::gil_scoped_acquire gil;
+      e.discard_as_unraisable("emu bridge.memory_initialized");
+    } catch (...) {
+    }
+    return false;
+  }
+
+  void emptyCache(c10::MempoolId_t mempool_id) override {
+    TORCH_CHECK(mempool_id == c10::MempoolId_t(0, 0),
+                "emu: the device allocator has no private memory pools (got pool id (",
+                mempool_id.first, ", ", mempool_id.second, "))");
+    call("empty_cache"); // every device with a context; powers nothing on
+  }
+
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {
+    if (ptr.get() != nullptr) {
+      call("record_stream", stream.device_index(), va(ptr.get()), stream.id());
+    }
+  }
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    return device_stats_from_bridge(resolve_device(device));
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    call("memory_reset_accumulated", resolve_device(device));
+  }
+
+  void resetPeakStats(c10::DeviceIndex device) override {
+    call("memory_reset_peak", resolve_device(device));
+  }
+
+  // (free, total) bytes; unlike the statistics, this may power the system on.
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    c10::DeviceIndex index = resolve_device(device);
+    pybind11::gil_scoped_acquire gil;
+    auto info = pybind11::cast<pybind11::tuple>(bridge().attr("mem_get_info")(py_arg(index)));
+    TORCH_CHECK(info.size() == 2, "emu: bridge.mem_get_info must return (free, total)");
+    return {info[0].cast<size_t>(), info[1].cast<size_t>()};
   }
 };
 

@@ -111,7 +111,8 @@ void set_current_stream_id(c10::DeviceIndex index, c10::StreamId id);
 
 // ------------------------------------------------------------ allocators ---
 
-// The device allocator (also registered as the PrivateUse1 allocator).
+// The device allocator (a c10::DeviceAllocator, also registered as the
+// PrivateUse1 allocator, so torch.accelerator memory APIs reach it).
 c10::Allocator* device_allocator();
 // Host allocator for pinned (page-locked in spirit) CPU memory.
 c10::Allocator* pinned_allocator();

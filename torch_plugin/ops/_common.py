@@ -27,9 +27,20 @@ def host_ref(t: torch.Tensor) -> runtime.TensorRef:
     return runtime.TensorRef(True, -1, t.data_ptr(), TO_CODE[t.dtype], tuple(t.shape), tuple(t.stride()))
 
 
+def broadcast_shape(*shapes) -> tuple:
+    """torch.broadcast_shapes, with the common equal-shapes case answered without it (the
+    general version costs ~9 us, a large share of a tiny op's budget)."""
+    first = shapes[0]
+    if all(s == first for s in shapes[1:]):
+        return tuple(first)
+    return tuple(torch.broadcast_shapes(*shapes))
+
+
 def broadcast_strides(t: torch.Tensor, shape) -> tuple:
     """Strides that read ``t`` broadcast to ``shape`` (0 on broadcast dimensions)."""
     tshape, tstrides = t.shape, t.stride()
+    if tshape == shape:
+        return tstrides
     offset = len(shape) - len(tshape)
     return tuple(0 if i < offset or tshape[i - offset] == 1 and shape[i] != 1 else tstrides[i - offset]
                  for i in range(len(shape)))
@@ -46,6 +57,11 @@ def common_device(op: str, *tensors) -> int:
     """The emu device index of the operands; CPU 0-dim tensors count as scalars."""
     index = None
     for t in tensors:
+        if type(t) is torch.Tensor:  # the common case first: an emu tensor
+            device = t.device
+            if device.type == "emu" and (index is None or device.index == index):
+                index = device.index
+                continue
         if not isinstance(t, torch.Tensor):
             continue
         if t.device.type == "cpu" and t.dim() == 0:
@@ -110,7 +126,7 @@ def check_overlap(op: str, out: torch.Tensor, *inputs) -> None:
                            "performing the operation.")
     lo, hi = _byte_range(out)
     for t in inputs:
-        if not isinstance(t, torch.Tensor) or t.device != out.device or t.numel() == 0:
+        if t is out or not isinstance(t, torch.Tensor) or t.device != out.device or t.numel() == 0:
             continue
         if t.untyped_storage().data_ptr() != out.untyped_storage().data_ptr():
             continue

@@ -10,8 +10,8 @@ import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
-from torch_plugin.ops._common import (broadcast_strides, common_device, current_stream,
-                                      check_overlap, device_ref, empty_like_layout, prepare_out, rt)
+from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
+                                      current_stream, device_ref, empty_like_layout, prepare_out, rt)
 
 _REDUCED_FLOAT = (torch.float16, torch.bfloat16)
 
@@ -65,11 +65,12 @@ def _binary(op: str, a, b, alpha=1, out=None):
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                            "Use the `^` or `logical_xor()` operator instead.")
     _check_alpha(result_dtype, alpha)
-    shape = torch.broadcast_shapes(_shape(a), _shape(b))
+    shape = broadcast_shape(_shape(a), _shape(b))
     if out is None:
         out = empty_like_layout(shape, result_dtype, device, a, b)
     else:
-        common_device(name, out, a)
+        if out is not a:
+            common_device(name, out, a)
         _check_supported(name, out.dtype)
         prepare_out(name, out, shape, result_dtype)
         check_overlap(name, out, a, b)

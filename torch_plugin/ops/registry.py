@@ -51,20 +51,26 @@ def set_host_fallback(allowed: bool) -> None:
 
 def _native(name: str, fn):
     """Wraps a kernel so each call is counted and runtime errors surface as torch errors."""
-    from torch_plugin.errors import raises_torch_errors
+    import runtime
+    from torch_plugin.errors import translate
     op = f"aten::{name}"
-    wrapped = raises_torch_errors(fn)
+    native = _counts[NATIVE]
 
+    # One flat wrapper (it runs on every op: each frame costs). Exactly one path is counted
+    # per op instance: a kernel that hands its op to the host fallback is not counted native.
     def kernel(*args, **kwargs):
         saved = getattr(_local, "fell_back", False)
         _local.fell_back = False
         try:
-            result = wrapped(*args, **kwargs)
-            if not _local.fell_back:  # exactly one path per op instance
-                count(op, NATIVE)
-            return result
+            result = fn(*args, **kwargs)
+        except runtime.EmuError as err:
+            raise translate(err) from err
         finally:
-            _local.fell_back = saved
+            fell_back, _local.fell_back = _local.fell_back, saved
+        if not fell_back:
+            with _counts_lock:
+                native[op] += 1
+        return result
     kernel.__name__ = f"emu_{name.replace('.', '_')}"
     return kernel
 
