@@ -30,6 +30,7 @@ class EmulatedDevice:
         self.command_processor = CommandProcessor(env, config.command_processor, index)
         self.interrupts = InterruptController(env, index)
         self.peers: list[EmulatedDevice] = []
+        self._engines = {"matrix": self.matrix_engine, "vector": self.vector_engine}
 
     def engine(self, name: str):
-        return {"matrix": self.matrix_engine, "vector": self.vector_engine}[name]
+        return self._engines[name]

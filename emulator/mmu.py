@@ -38,6 +38,9 @@ class MMU:
         self._tables: dict[int, PageTable] = {}
         self._lock = threading.Lock()
         self.page_faults = 0
+        # Bumped by every page-table change: whoever caches translations (firmware's
+        # descriptor cache, like a TLB) must drop entries made under an older generation.
+        self.generation = 0
 
     def create_address_space(self, asid: int) -> None:
         with self._lock:
@@ -48,6 +51,7 @@ class MMU:
     def destroy_address_space(self, asid: int) -> None:
         with self._lock:
             self._tables.pop(asid, None)
+            self.generation += 1
 
     def map(self, asid: int, va: int, pa: int, length: int) -> None:
         if va % self.page_size or pa % self.page_size or length % self.page_size or length <= 0:
@@ -61,6 +65,7 @@ class MMU:
                 raise EmulatorBug(f"mapping at 0x{va:x} overlaps an existing one")
             table.starts.insert(i, va)
             table.extents.insert(i, (va, length, pa))
+            self.generation += 1
 
     def unmap(self, asid: int, va: int) -> None:
         with self._lock:
@@ -70,6 +75,7 @@ class MMU:
                 raise EmulatorBug(f"no mapping starts at 0x{va:x}")
             del table.starts[found[0]]
             del table.extents[found[0]]
+            self.generation += 1
 
     def translate(self, asid: int, va: int, nbytes: int, unit: str = "mmu") -> int:
         """Physical address of ``[va, va + nbytes)``; raises PageFault if not all mapped."""

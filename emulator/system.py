@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 
 import simpy
+from simpy.core import EmptySchedule
 
 from emulator.config import SystemConfig
 from emulator.device import EmulatedDevice
@@ -42,13 +43,15 @@ class EmulatedSystem:
         with self.lock:
             if event.processed:
                 return
+            # Step by hand rather than env.run(until=event): same semantics, without the
+            # StopSimulation exception round trip on every host synchronisation.
+            step = self.env.step
             try:
-                self.env.run(until=event)
-            except RuntimeError as err:
-                if "No scheduled events left" in str(err):
-                    raise Deadlock("the host waits for an event that no queued command will "
-                                   "ever signal (a wait on a fence nobody signals?)") from err
-                raise
+                while not event.processed:
+                    step()
+            except EmptySchedule:
+                raise Deadlock("the host waits for an event that no queued command will "
+                               "ever signal (a wait on a fence nobody signals?)") from None
 
     def run_all(self) -> None:
         """Run until no events are left (every queued command processed)."""

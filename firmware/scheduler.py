@@ -24,7 +24,9 @@ log = logging.getLogger("seed.firmware")
 
 TRACE_ENTRIES = 200_000
 _SIGNAL, _WAIT = int(abi.Opcode.SIGNAL), int(abi.Opcode.WAIT)
-_COPY, _FILL, _LAUNCH = int(abi.Opcode.COPY), int(abi.Opcode.FILL), int(abi.Opcode.LAUNCH)  # bounded timeline; aggregate statistics cover the whole run
+_COPY, _FILL, _LAUNCH = int(abi.Opcode.COPY), int(abi.Opcode.FILL), int(abi.Opcode.LAUNCH)
+_DEVICE = int(abi.MemorySpace.DEVICE)
+_RESOLVED_ENTRIES = _DECODED_ENTRIES = 4096  # bounded timeline; aggregate statistics cover the whole run
 
 
 class KernelStats:
@@ -43,6 +45,8 @@ class FirmwareInstance:
         self.trace: deque = deque(maxlen=TRACE_ENTRIES)
         self.kernel_stats: dict[str, KernelStats] = {}
         self.commands_executed = 0
+        self._resolved: dict = {}  # TensorDescriptor -> (MMU generation, Operand)
+        self._launches: dict = {}  # (kernel, launch args) -> decoded launch (see _book_kernel)
 
     # -- ring processing -------------------------------------------------
     def start_ring(self, ring) -> None:
@@ -128,6 +132,11 @@ class FirmwareInstance:
 
     # -- execution ---------------------------------------------------------
     def _resolve(self, desc: abi.TensorDescriptor, unit: str) -> Operand:
+        if desc.space == _DEVICE:
+            # Descriptor cache (the TLB's job): valid while the page tables are unchanged.
+            hit = self._resolved.get(desc)
+            if hit is not None and hit[0] == self.device.peers[desc.device].mmu.generation:
+                return hit[1]
         shape, strides = desc.shape, desc.strides
         if desc.space == abi.MemorySpace.HOST or 0 in shape:
             return Operand(desc.address if 0 not in shape else 0, desc.dtype, shape, strides)
@@ -137,7 +146,11 @@ class FirmwareInstance:
         span *= dtypes.ITEMSIZE[desc.dtype]
         device = self.device.peers[desc.device]
         physical = device.mmu.translate(desc.asid, desc.address, span, unit)
-        return Operand(device.hbm.host_address(physical, span), desc.dtype, shape, strides)
+        operand = Operand(device.hbm.host_address(physical, span), desc.dtype, shape, strides)
+        if len(self._resolved) >= _RESOLVED_ENTRIES:
+            self._resolved.clear()
+        self._resolved[desc] = (device.mmu.generation, operand)
+        return operand
 
     def _resolve_args(self, args, unit):
         return [self._resolve(a, unit) if type(a) is abi.TensorDescriptor else a for a in args]
@@ -174,23 +187,38 @@ class FirmwareInstance:
         return end, finish
 
     def _book_kernel(self, ring, command, name, args):
-        kernel = KERNELS.get(name)
-        if kernel is None:
-            raise HardwareFault(_unknown_kernel(self, name))
-        engine = self.device.engine(kernel.engine)
-        unit = kernel.engine + "_engine"
-        operands = self._resolve_args(args, unit)
-        duration, nbytes, flops = kernel.cost(self.device, *operands)
-        if name != "fill":
-            duration += self.device.command_processor.config.launch_ns
+        # A launch's operands and cost depend only on its arguments and the page tables, so
+        # a repeated launch (a training loop's) is decoded once (the TLB's and the command
+        # processor's job; invalidated by any page-table change).
+        key = (name, args)
+        generation = self.device.mmu.generation
+        decoded = self._launches.get(key)
+        if decoded is None or decoded[0] != generation:
+            decoded = self._decode_launch(name, args, generation)
+            if len(self._launches) >= _DECODED_ENTRIES:
+                self._launches.clear()
+            self._launches[key] = decoded
+        _, kernel, engine, unit, label, operands, duration, nbytes, flops = decoded
         start = engine.timeline.earliest_start(self.env.now)
         end = engine.timeline.hold(start, duration)
 
         def finish():
             kernel.run(*operands)
-            label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
             self._account(ring, command, label, unit, start, nbytes, flops)
         return end, finish
+
+    def _decode_launch(self, name, args, generation):
+        kernel = KERNELS.get(name)
+        if kernel is None:
+            raise HardwareFault(_unknown_kernel(self, name))
+        unit = kernel.engine + "_engine"
+        operands = self._resolve_args(args, unit)
+        duration, nbytes, flops = kernel.cost(self.device, *operands)
+        if name != "fill":
+            duration += self.device.command_processor.config.launch_ns
+        label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
+        return (generation, kernel, self.device.engine(kernel.engine), unit, label, operands,
+                duration, nbytes, flops)
 
     def _account(self, ring, command, name, engine, start, nbytes, flops):
         self.trace.append(abi.TraceEntry(self.device.index, ring.ring_id, command.seq, name, engine,

@@ -66,6 +66,11 @@ def _vector_cost(cycles_per_group: float, flops_per_element: int = 1):
     return cost
 
 
+def _skip_op_name(cost):
+    """Cost of a kernel whose first argument names the operation (e.g. "add")."""
+    return lambda device, op, *rest: cost(device, *rest)
+
+
 def _copy(dst: Operand, src: Operand):
     _module('strided').copy_cast(dst.addr, dst.dtype, dst.strides, src.addr, src.dtype, src.strides, dst.shape)
 
@@ -134,10 +139,8 @@ def _linspace(out: Operand, steps: int, start: float, end: float):
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
-    Kernel("binary", "vector", lambda op, *rest: _binary(op, *rest),
-           lambda device, op, *rest: _vector_cost(1.0)(device, *rest)),
-    Kernel("unary", "vector", lambda op, *rest: _unary(op, *rest),
-           lambda device, op, *rest: _vector_cost(2.0)(device, *rest)),
+    Kernel("binary", "vector", _binary, _skip_op_name(_vector_cost(1.0))),
+    Kernel("unary", "vector", _unary, _skip_op_name(_vector_cost(2.0))),
     Kernel("matmul", "matrix", _matmul, _matmul_cost),
     Kernel("uniform", "vector", _uniform, _vector_cost(4.0)),
     Kernel("normal", "vector", _normal, _vector_cost(8.0)),

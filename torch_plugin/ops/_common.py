@@ -18,9 +18,9 @@ def current_stream(device: int) -> runtime.Stream:
 
 def device_ref(t: torch.Tensor, shape=None, strides=None) -> runtime.TensorRef:
     """Descriptor of an emu tensor (its data_ptr already includes the storage offset)."""
-    return runtime.TensorRef(False, t.device.index, t.data_ptr(), TO_CODE[t.dtype],
-                             tuple(t.shape) if shape is None else tuple(shape),
-                             tuple(t.stride()) if strides is None else tuple(strides))
+    return runtime.TensorRef(False, t.get_device(), t.data_ptr(), TO_CODE[t.dtype],
+                             t.shape if shape is None else shape,  # the driver copies it into a tuple
+                             t.stride() if strides is None else strides)
 
 
 def host_ref(t: torch.Tensor) -> runtime.TensorRef:
@@ -31,8 +31,8 @@ def broadcast_shape(*shapes) -> tuple:
     """torch.broadcast_shapes, with the common equal-shapes case answered without it (the
     general version costs ~9 us, a large share of a tiny op's budget)."""
     first = shapes[0]
-    if all(s == first for s in shapes[1:]):
-        return tuple(first)
+    if len(shapes) == 2 and shapes[1] == first:
+        return first
     return tuple(torch.broadcast_shapes(*shapes))
 
 
@@ -57,10 +57,10 @@ def common_device(op: str, *tensors) -> int:
     """The emu device index of the operands; CPU 0-dim tensors count as scalars."""
     index = None
     for t in tensors:
-        if type(t) is torch.Tensor:  # the common case first: an emu tensor
-            device = t.device
-            if device.type == "emu" and (index is None or device.index == index):
-                index = device.index
+        if type(t) is torch.Tensor:  # the common case first: an emu tensor (the only indexed
+            device = t.get_device()    # device type a CPU build of torch can hold); -1 otherwise
+            if device >= 0 and (index is None or device == index):
+                index = device
                 continue
         if not isinstance(t, torch.Tensor):
             continue
@@ -99,7 +99,7 @@ def empty_like_layout(shape, dtype, device: int, *candidates) -> torch.Tensor:
 
 def prepare_out(op: str, out: torch.Tensor, shape, result_dtype) -> None:
     """out= contract: resize an empty out, check shape, device and a safe cast."""
-    if tuple(out.shape) != tuple(shape):
+    if out.shape != shape:
         if out.numel() == 0:
             out.resize_(shape)
         else:
@@ -112,6 +112,8 @@ def prepare_out(op: str, out: torch.Tensor, shape, result_dtype) -> None:
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int]:
     start = t.data_ptr()
+    if t.is_contiguous():
+        return start, start + t.numel() * t.element_size()
     span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
     return start, start + span * t.element_size()
 
@@ -120,19 +122,22 @@ def check_overlap(op: str, out: torch.Tensor, *inputs) -> None:
     """ATen's rules: out must not overlap itself; an input may alias out exactly, not partly."""
     if out.numel() == 0:
         return
-    if torch._debug_has_internal_overlap(out) == 1:
+    if not out.is_contiguous() and torch._debug_has_internal_overlap(out) == 1:
         raise RuntimeError(f"{op}: unsupported operation: more than one element of the written-to tensor "
                            "refers to a single memory location. Please clone() the tensor before "
                            "performing the operation.")
-    lo, hi = _byte_range(out)
+    # Byte ranges decide, like ATen's get_overlap_status; device virtual addresses are unique
+    # across storages of a device, so ranges that do not meet cannot share memory.
+    lo = hi = None
     for t in inputs:
-        if t is out or not isinstance(t, torch.Tensor) or t.device != out.device or t.numel() == 0:
+        if t is out or not isinstance(t, torch.Tensor) or t.numel() == 0:
             continue
-        if t.untyped_storage().data_ptr() != out.untyped_storage().data_ptr():
-            continue
-        if t.data_ptr() == out.data_ptr() and t.stride() == out.stride() and t.shape == out.shape:
-            continue  # exact alias: the in-place form
+        if lo is None:
+            lo, hi = _byte_range(out)
         tlo, thi = _byte_range(t)
-        if tlo < hi and lo < thi:
-            raise RuntimeError(f"{op}: unsupported operation: some elements of the input tensor and the "
-                               "written-to tensor refer to a single memory location.")
+        if not (tlo < hi and lo < thi) or t.device != out.device:
+            continue
+        if tlo == lo and t.stride() == out.stride() and t.shape == out.shape:
+            continue  # exact alias: the in-place form
+        raise RuntimeError(f"{op}: unsupported operation: some elements of the input tensor and the "
+                           "written-to tensor refer to a single memory location.")

@@ -60,7 +60,9 @@ def _binary(op: str, a, b, alpha=1, out=None):
     name = f"aten::{op}"
     device = common_device(name, a, b)
     result_dtype = torch.result_type(a, b)
-    _check_supported(name, *(t.dtype for t in (a, b) if isinstance(t, torch.Tensor)), result_dtype)
+    if result_dtype not in SUPPORTED or (isinstance(a, torch.Tensor) and a.dtype not in SUPPORTED) \
+            or (isinstance(b, torch.Tensor) and b.dtype not in SUPPORTED):
+        _check_supported(name, *(t.dtype for t in (a, b) if isinstance(t, torch.Tensor)), result_dtype)
     if op == "sub" and result_dtype == torch.bool:
         raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
                            "Use the `^` or `logical_xor()` operator instead.")
