@@ -16,17 +16,29 @@ from math import prod
 from driver.errors import DriverError, DriverStatus, FirmwareRecordError
 from driver.firmware_loader import load_and_check
 from driver.memory_manager import VA_WINDOW, AddressSpace, PhysicalAllocator
-from emulator.kernels import dtypes
-from firmware import FirmwareImage, Platform, abi
+from firmware import ConfigError, FirmwareImage, Platform, abi, describe_description, load_description
 
 log = logging.getLogger("seed.driver")
 
 # What user space describes a tensor operand with; the driver adds the context's asid.
 TensorRef = namedtuple("TensorRef", "host device address dtype shape strides")
 MAX_RANK = 12
-_ITEMSIZE = dtypes.ITEMSIZE
+_ITEMSIZE = abi.ELEMENT_SIZE
 _INT = frozenset({int})
 _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type(None)})
+
+
+def load_configuration(preset: str, path: str | None = None):
+    """The system description the driver enumerates devices from (TOML file or preset)."""
+    try:
+        return load_description(preset, path)
+    except ConfigError as err:
+        raise DriverError(DriverStatus.INVALID_CONFIGURATION, f"invalid hardware configuration: {err}",
+                          field=err.field) from err
+
+
+def describe_configuration(config) -> dict:
+    return describe_description(config)
 
 
 class Context:
@@ -181,7 +193,7 @@ class Driver:
             d, s = self._checked_descriptor(dst, queue), self._checked_descriptor(src, queue)
         else:
             d, s = self._descriptor(dst, queue, peer_asids), self._descriptor(src, queue, peer_asids)
-        if d.shape != s.shape or dtypes.ITEMSIZE[d.dtype] != dtypes.ITEMSIZE[s.dtype] or d.dtype != s.dtype:
+        if d.shape != s.shape or d.dtype != s.dtype:
             raise DriverError(DriverStatus.INVALID_ARGUMENT,
                               f"copy needs equal shapes and dtypes, got {d.shape}/{d.dtype} and {s.shape}/{s.dtype}")
         if d.space == s.space == abi.MemorySpace.HOST:

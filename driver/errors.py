@@ -18,6 +18,7 @@ class DriverStatus(IntEnum):
     CONTEXT_FAULTED = 6     # a page fault or kernel fault poisoned the context (sticky)
     DEADLOCK = 7            # a wait no queued command can satisfy
     NOT_INITIALIZED = 8
+    INVALID_CONFIGURATION = 9  # the hardware description names a bad field
 
 
 class DriverError(Exception):

@@ -1,6 +1,7 @@
 """Firmware of the Seed device: ring processing, fences, error records; its ABI."""
 from firmware import abi
 from firmware.image import FirmwareImage
-from firmware.platform import DeviceEndpoint, Platform
+from firmware.platform import ConfigError, DeviceEndpoint, Platform, describe_description, load_description
 
-__all__ = ["abi", "FirmwareImage", "DeviceEndpoint", "Platform"]
+__all__ = ["abi", "FirmwareImage", "DeviceEndpoint", "Platform", "ConfigError", "load_description",
+           "describe_description"]

@@ -10,6 +10,10 @@ below. Commands of one ring run in order.
 from collections import namedtuple
 from enum import IntEnum
 
+# Element types of tensor descriptors: the codes the device's kernel library defines.
+from emulator.kernels.dtypes import ITEMSIZE as ELEMENT_SIZE  # noqa: F401
+from emulator.kernels.dtypes import NAMES as ELEMENT_NAMES  # noqa: F401
+
 ABI_MAJOR = 1
 ABI_MINOR = 0
 FIRMWARE_VERSION = (ABI_MAJOR, ABI_MINOR, 0)

@@ -8,7 +8,8 @@ the driver unchanged.
 """
 from __future__ import annotations
 
-from emulator import EmulatedSystem, SystemConfig
+from emulator import ConfigError, EmulatedSystem, SystemConfig
+from emulator.config import describe, load_file, load_preset
 from firmware import abi
 from firmware.image import FirmwareImage
 from firmware.scheduler import FirmwareInstance
@@ -129,4 +130,16 @@ class Platform:
         self.system.run_until(event)
 
 
-__all__ = ["Platform", "DeviceEndpoint", "abi", "FirmwareImage"]
+def load_description(preset: str, path: str | None = None) -> SystemConfig:
+    """The hardware description of a platform: a TOML file if given, else a named preset.
+    Raises ``ConfigError`` naming the offending field."""
+    return load_file(path) if path else load_preset(preset)
+
+
+def describe_description(config: SystemConfig) -> dict:
+    """The description as nested dicts, units in the field names."""
+    return describe(config)
+
+
+__all__ = ["Platform", "DeviceEndpoint", "abi", "FirmwareImage", "ConfigError", "load_description",
+           "describe_description"]

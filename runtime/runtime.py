@@ -12,7 +12,6 @@ import logging
 import threading
 
 from driver import Driver, DriverError, DriverStatus, TensorRef
-from emulator.errors import ConfigError
 from runtime import errors
 from runtime.allocator import CachingAllocator
 from runtime.host_clock import HostClock
@@ -34,6 +33,8 @@ def translate_driver_error(err: DriverError) -> errors.EmuError:
         page_fault = err.record is not None and getattr(err.record.status, "name", "") == "PAGE_FAULT"
         code = errors.ErrorCode.ILLEGAL_ADDRESS if page_fault else errors.ErrorCode.KERNEL_FAULT
         return errors.DeviceFaultError(f"device fault: {err}", code)
+    if status == DriverStatus.INVALID_CONFIGURATION:
+        return errors.EmuError(str(err), code=errors.ErrorCode.INVALID_CONFIGURATION)
     if status == DriverStatus.DEADLOCK:
         return errors.StreamError(str(err))
     return errors.InvalidValueError(str(err))
@@ -55,9 +56,8 @@ class Runtime:
         self.settings = settings or Settings.from_environment()
         try:
             self.config = self.settings.load_config()
-        except ConfigError as err:
-            raise errors.EmuError(f"invalid hardware configuration: {err}",
-                                  code=errors.ErrorCode.INVALID_CONFIGURATION) from err
+        except DriverError as err:
+            raise translate_driver_error(err) from err
         self.clock = HostClock(self.config.host.api_call_ns)
         try:
             self.driver = Driver(self.config, firmware_image, host_clock=self.clock)
@@ -294,6 +294,17 @@ def get_runtime() -> Runtime:
 
 def is_initialized() -> bool:
     return _runtime is not None
+
+
+def device_of_address(address: int) -> int:
+    """The device whose virtual address window holds ``address``."""
+    return Driver.device_of_address(address)
+
+
+def hardware_description(config) -> dict:
+    """A system description as nested dicts (units in the field names)."""
+    from driver import describe_configuration
+    return describe_configuration(config)
 
 
 def configured_device_count() -> int:

@@ -26,5 +26,6 @@ class Settings:
         )
 
     def load_config(self):
-        from emulator import load_file, load_preset  # the description is data the driver is given
-        return load_file(self.config_path) if self.config_path else load_preset(self.preset)
+        """The hardware description these settings select (raises driver.DriverError)."""
+        from driver import load_configuration
+        return load_configuration(self.preset, self.config_path)

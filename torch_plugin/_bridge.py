@@ -56,8 +56,7 @@ class Bridge:
                   rt.stream(device, _C._current_stream_id(device)), blocking=True)
 
     def device_from_ptr(self, ptr: int) -> int:
-        from driver import Driver
-        return Driver.device_of_address(ptr)
+        return runtime.device_of_address(ptr)
 
     # -- streams ---------------------------------------------------------
     @raises_torch_errors

@@ -1,12 +1,12 @@
-"""torch dtypes <-> the device kernel library's element-type codes."""
+"""torch dtypes <-> the element-type codes of the device's launch descriptors.
+
+The codes come from the runtime (which has them from the driver and the firmware ABI);
+each is named like the torch dtype it carries.
+"""
 import torch
 
-from emulator.kernels import dtypes as codes
+import runtime
 
-TO_CODE = {
-    torch.bool: codes.BOOL, torch.uint8: codes.UINT8, torch.int8: codes.INT8, torch.int16: codes.INT16,
-    torch.int32: codes.INT32, torch.int64: codes.INT64, torch.float16: codes.FLOAT16,
-    torch.bfloat16: codes.BFLOAT16, torch.float32: codes.FLOAT32, torch.float64: codes.FLOAT64,
-}
+TO_CODE = {getattr(torch, name): code for code, name in runtime.ELEMENT_NAMES.items()}
 SUPPORTED = frozenset(TO_CODE)
 FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})

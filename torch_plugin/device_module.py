@@ -7,7 +7,6 @@ import warnings
 import torch
 
 import runtime
-from emulator.config import describe
 from torch_plugin import _C
 from torch_plugin._bridge import BRIDGE
 from torch_plugin.errors import EmuAcceleratorError, raises_torch_errors, translate
@@ -108,7 +107,7 @@ def get_device_name(device=None) -> str:
 
 def get_hardware_description() -> dict:
     """The whole system description as nested dicts (units in the field names)."""
-    return describe(runtime.get_runtime().config)
+    return runtime.hardware_description(runtime.get_runtime().config)
 
 
 @raises_torch_errors
