@@ -628,3 +628,46 @@ def test_four_threads_run_independent_work():
         t.join(timeout=120)
     assert not errors, errors
     assert torch.emu.current_device() == 0  # other threads' set_device does not leak here
+
+
+# -- sub and div (true division) -------------------------------------------------------------
+# sub is exact like add. div computes in the (floating) result dtype's opmath and rounds
+# once; CPU may use a reciprocal or fused form in its vectorized body, so div uses the
+# dtype's default tolerance.
+
+@pytest.mark.parametrize("da,db", list(itertools.product(DTYPES, DTYPES)), ids=str)
+def test_sub_div_every_dtype_pair(da, db, stats):
+    a, b = make(da, (5, 7)), make(db, (5, 7), seed=1)
+    for op, tol in ((torch.sub, EXACT), (torch.div, {})):
+        try:
+            expected = op(a, b)
+        except RuntimeError as cpu_error:
+            with pytest.raises(RuntimeError) as info:
+                op(emu(a), emu(b))
+            assert str(info.value) == str(cpu_error)
+            continue
+        got = op(emu(a), emu(b))
+        assert got.dtype == expected.dtype
+        torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **tol)
+    assert "aten::div.Tensor" in torch.emu.op_stats()["native"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32], ids=str)
+def test_sub_div_scalars_in_place_and_out(dtype):
+    a = make(dtype, (16,))
+    check(torch.sub, a, 3, alpha=2)
+    check(torch.div, a, 3, tol={})
+    check(torch.div, 2.5, a.abs().to(torch.float32) + 1, tol={})
+    x = emu(a.clone())
+    x.sub_(emu(a.flip(0)))
+    torch.testing.assert_close(x.cpu(), a - a.flip(0), rtol=0, atol=0)
+    if dtype.is_floating_point:
+        y = emu(a.clone())
+        y.div_(4)
+        torch.testing.assert_close(y.cpu(), a / 4)
+    else:  # true division cannot write back into an integer tensor, as on CPU
+        with pytest.raises(RuntimeError, match="can't be cast"):
+            emu(a.clone()).div_(4)
+    out = torch.empty(16, dtype=torch.float64, device="emu")
+    torch.div(emu(a), 7, out=out)
+    torch.testing.assert_close(out.cpu(), torch.div(a, 7).to(torch.float64))

@@ -1,4 +1,4 @@
-"""Elementwise ops lowered to the vector engine: add, mul, relu.
+"""Elementwise ops lowered to the vector engine: add, sub, mul, div (true division), relu.
 
 Type promotion is ``torch.result_type``; a CPU 0-dim operand (a Python scalar
 wrapped by ATen) becomes a device scalar. Broadcasting is expressed as zero
@@ -47,6 +47,20 @@ def _check_supported(op: str, *dtypes) -> None:
             raise unsupported_dtype(op, dtype, SUPPORTED)
 
 
+def _is_bool(t) -> bool:
+    return t.dtype == torch.bool if isinstance(t, torch.Tensor) else isinstance(t, bool)
+
+
+def _check_sub_operands(a, b) -> None:
+    # ATen's sub_check: any bool operand is an error, with CPU's wording.
+    if _is_bool(a) and _is_bool(b):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if _is_bool(a) or _is_bool(b):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. "
+                           "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
 def _check_alpha(result_dtype, alpha):
     if alpha == 1:
         return
@@ -60,12 +74,13 @@ def _binary(op: str, a, b, alpha=1, out=None):
     name = f"aten::{op}"
     device = common_device(name, a, b)
     result_dtype = torch.result_type(a, b)
+    if op == "div" and not result_dtype.is_floating_point and result_dtype in SUPPORTED:
+        result_dtype = torch.get_default_dtype()  # true division of integers/bools is floating
     if result_dtype not in SUPPORTED or (isinstance(a, torch.Tensor) and a.dtype not in SUPPORTED) \
             or (isinstance(b, torch.Tensor) and b.dtype not in SUPPORTED):
         _check_supported(name, *(t.dtype for t in (a, b) if isinstance(t, torch.Tensor)), result_dtype)
-    if op == "sub" and result_dtype == torch.bool:
-        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                           "Use the `^` or `logical_xor()` operator instead.")
+    if op == "sub":
+        _check_sub_operands(a, b)
     _check_alpha(result_dtype, alpha)
     shape = broadcast_shape(_shape(a), _shape(b))
     if out is None:
@@ -80,7 +95,7 @@ def _binary(op: str, a, b, alpha=1, out=None):
         return out
     compute_dtype = result_dtype
     b_dtype = result_dtype
-    if (op == "mul" and result_dtype in _REDUCED_FLOAT and _is_scalar_operand(b)
+    if (op in ("mul", "div") and result_dtype in _REDUCED_FLOAT and _is_scalar_operand(b)
             and isinstance(a, torch.Tensor) and a.dtype == result_dtype and out.dtype == result_dtype):
         # CPU's mul for float16/bfloat16 reads a scalar second operand unrounded in float32
         # ("opmath", TensorIterator's original_scalar_value) and rounds the product once; rounding
@@ -107,6 +122,30 @@ def add_(a, b, *, alpha=1):
 
 def add_out(a, b, *, alpha=1, out):
     return _binary("add", a, b, alpha, out=out)
+
+
+def sub(a, b, *, alpha=1):
+    return _binary("sub", a, b, alpha)
+
+
+def sub_(a, b, *, alpha=1):
+    return _binary("sub", a, b, alpha, out=a)
+
+
+def sub_out(a, b, *, alpha=1, out):
+    return _binary("sub", a, b, alpha, out=out)
+
+
+def div(a, b):
+    return _binary("div", a, b)
+
+
+def div_(a, b):
+    return _binary("div", a, b, out=a)
+
+
+def div_out(a, b, *, out):
+    return _binary("div", a, b, out=out)
 
 
 def mul(a, b):
