@@ -39,11 +39,17 @@ class CachingAllocator:
         self._live: dict[int, Block] = {}
         self._cached: dict[tuple, list[Block]] = defaultdict(list)  # (stream id, size) -> blocks
         self._deferred: list[tuple[Block, list]] = []  # freed blocks waiting for other streams
-        self.allocated = self.reserved = 0
-        self.peak_allocated = self.peak_reserved = 0
-        self.num_allocs = self.num_frees = self.cache_hits = self.num_driver_allocs = 0
-        self.num_ooms = 0
-        self.num_retries = 0
+        self.allocated = self.reserved = self.requested = self.segments = 0
+        self.peak_allocated = self.peak_reserved = self.peak_requested = 0
+        self.peak_active = self.peak_segments = 0
+        self.reset_accumulated()
+
+    def reset_accumulated(self) -> None:
+        """Zeroes the counters that only grow (torch's reset_accumulated_memory_stats)."""
+        self.num_allocs = self.num_frees = self.cache_hits = 0
+        self.num_driver_allocs = self.num_driver_frees = 0
+        self.bytes_allocated_total = self.bytes_freed_total = 0
+        self.num_ooms = self.num_retries = 0
 
     def malloc(self, nbytes: int, stream) -> int:
         size = rounded_size(nbytes)
@@ -57,8 +63,12 @@ class CachingAllocator:
         block.requested, block.stream = nbytes, stream
         self._live[block.address] = block
         self.allocated += size
+        self.requested += nbytes
         self.peak_allocated = max(self.peak_allocated, self.allocated)
+        self.peak_requested = max(self.peak_requested, self.requested)
+        self.peak_active = max(self.peak_active, len(self._live))
         self.num_allocs += 1
+        self.bytes_allocated_total += size
         return block.address
 
     def _driver_allocate(self, size: int, requested: int) -> int:
@@ -78,6 +88,8 @@ class CachingAllocator:
                                        free, total) from err
             self.reserved += size
             self.peak_reserved = max(self.peak_reserved, self.reserved)
+            self.segments += 1
+            self.peak_segments = max(self.peak_segments, self.segments)
             self.num_driver_allocs += 1
             return address
         raise AssertionError("unreachable")
@@ -88,7 +100,9 @@ class CachingAllocator:
             raise InvalidValueError(f"emu:{self.device}: 0x{address:x} is not a live allocation "
                                     f"(double free, or not allocated here)")
         self.allocated -= block.size
+        self.requested -= block.requested
         self.num_frees += 1
+        self.bytes_freed_total += block.size
         if block.other_streams:
             marks = [(s, s.record_mark()) for s in block.other_streams]
             block.other_streams = set()
@@ -131,23 +145,46 @@ class CachingAllocator:
             for block in blocks:
                 self.driver.release(self.context, block.address)
                 self.reserved -= block.size
+                self.segments -= 1
+                self.num_driver_frees += 1
         self._cached.clear()
 
     def reset_peak(self) -> None:
         self.peak_allocated = self.allocated
         self.peak_reserved = self.reserved
+        self.peak_requested = self.requested
+        self.peak_active = len(self._live)
+        self.peak_segments = self.segments
 
     def stats(self) -> dict:
+        """Statistics in torch.cuda.memory_stats() naming (one pool: "all")."""
+        active = len(self._live)
         return {
             "allocated_bytes.all.current": self.allocated,
             "allocated_bytes.all.peak": self.peak_allocated,
+            "allocated_bytes.all.allocated": self.bytes_allocated_total,
+            "allocated_bytes.all.freed": self.bytes_freed_total,
+            "active_bytes.all.current": self.allocated,
+            "active_bytes.all.peak": self.peak_allocated,
+            "requested_bytes.all.current": self.requested,
+            "requested_bytes.all.peak": self.peak_requested,
             "reserved_bytes.all.current": self.reserved,
             "reserved_bytes.all.peak": self.peak_reserved,
-            "active.all.current": len(self._live),
-            "num_alloc_retries": self.num_retries,
-            "num_ooms": self.num_ooms,
+            "allocation.all.current": active,
+            "allocation.all.peak": self.peak_active,
             "allocation.all.allocated": self.num_allocs,
             "allocation.all.freed": self.num_frees,
+            "active.all.current": active,
+            "active.all.peak": self.peak_active,
+            "active.all.allocated": self.num_allocs,
+            "active.all.freed": self.num_frees,
+            "segment.all.current": self.segments,
+            "segment.all.peak": self.peak_segments,
+            "segment.all.allocated": self.num_driver_allocs,
+            "segment.all.freed": self.num_driver_frees,
+            "num_alloc_retries": self.num_retries,
+            "num_ooms": self.num_ooms,
             "num_cache_hits": self.cache_hits,
             "num_device_alloc": self.num_driver_allocs,
+            "num_device_free": self.num_driver_frees,
         }

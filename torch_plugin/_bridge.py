@@ -5,7 +5,6 @@ The C++ core only forwards; every device semantic lives in the runtime.
 from __future__ import annotations
 
 import itertools
-import weakref
 
 import runtime
 from runtime.runtime import Runtime
@@ -24,8 +23,6 @@ class Bridge:
         # (e.g. the autograd worker and the main thread) the same event id.
         self._event_ids = itertools.count(1)
         self.async_host_streams: set = set()  # streams with async copies touching pinned memory
-        # allocator -> its accumulated counters at the last reset_accumulated_memory_stats()
-        self._accumulated_base = weakref.WeakKeyDictionary()
 
     def device_count(self) -> int:
         try:
@@ -133,31 +130,7 @@ class Bridge:
         allocator = self._live_allocator(device)
         if allocator is None:
             return {}
-        stats = {k: int(v) for k, v in allocator.stats().items()
-                 if isinstance(v, int) and not isinstance(v, bool)}
-        get = stats.get
-        # Counters since the last reset_accumulated_memory_stats() (the allocator itself never
-        # resets them): subtract the values recorded then.
-        base = self._accumulated_base.get(allocator, {})
-        for key in _ACCUMULATED:
-            if key in stats:
-                stats[key] = max(0, stats[key] - base.get(key, 0))
-        # Every block is its own segment and every live block is active: derive the rows torch
-        # reads that the runtime's allocator does not name itself.
-        derived = {
-            "allocation.all.current": get("active.all.current", 0),
-            "active_bytes.all.current": get("allocated_bytes.all.current", 0),
-            "active_bytes.all.peak": get("allocated_bytes.all.peak", 0),
-            "segment.all.allocated": get("num_device_alloc", 0),
-        }
-        for key, value in derived.items():
-            stats.setdefault(key, value)
-        for metric in ("allocated", "freed"):
-            stats.setdefault(f"active.all.{metric}", get(f"allocation.all.{metric}", 0))
-        # Counts whose peak the allocator does not track: the current value is a lower bound.
-        for row in ("allocation", "active"):
-            stats.setdefault(f"{row}.all.peak", get(f"{row}.all.current", 0))
-        return stats
+        return dict(allocator.stats())
 
     @raises_torch_errors
     def memory_reset_peak(self, device: int) -> None:
@@ -169,8 +142,7 @@ class Bridge:
     def memory_reset_accumulated(self, device: int) -> None:
         allocator = self._live_allocator(device)
         if allocator is not None:
-            stats = allocator.stats()
-            self._accumulated_base[allocator] = {k: int(stats[k]) for k in _ACCUMULATED if k in stats}
+            allocator.reset_accumulated()
 
     @raises_torch_errors
     def empty_cache(self) -> None:
@@ -196,7 +168,4 @@ class Bridge:
 
 
 # Historical totals torch.accelerator.reset_accumulated_memory_stats() resets.
-_ACCUMULATED = ("allocation.all.allocated", "allocation.all.freed", "num_alloc_retries", "num_ooms",
-                "num_cache_hits", "num_device_alloc", "num_device_free")
-
 BRIDGE = Bridge()

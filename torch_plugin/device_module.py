@@ -209,6 +209,12 @@ def reset_peak_memory_stats(device=None) -> None:
         allocator.reset_peak()
 
 
+def reset_accumulated_memory_stats(device=None) -> None:
+    allocator = _allocator(device)
+    if allocator is not None:
+        allocator.reset_accumulated()
+
+
 @raises_torch_errors
 def empty_cache() -> None:
     if runtime.is_initialized():

@@ -173,3 +173,35 @@ def test_freeing_an_unknown_address_is_an_invalid_value(rt):
     rt.free(0, a)
     with pytest.raises(runtime.InvalidValueError):
         rt.free(0, a)
+
+
+def test_segments_requested_bytes_and_lifetime_totals(rt):
+    a = rt.malloc(0, 1000)
+    b = rt.malloc(0, 3 * MiB)
+    s = stats(rt)
+    assert s["segment.all.current"] == 2 and s["segment.all.allocated"] == 2
+    assert s["requested_bytes.all.current"] == 1000 + 3 * MiB
+    assert s["allocation.all.current"] == s["active.all.current"] == 2
+    rt.free(0, a)
+    rt.free(0, b)
+    s = stats(rt)
+    assert s["allocated_bytes.all.allocated"] == s["allocated_bytes.all.freed"] == 1024 + 4 * MiB
+    assert s["requested_bytes.all.current"] == 0
+    assert s["segment.all.current"] == 2          # cached, still reserved
+    rt.empty_cache(0)
+    s = stats(rt)
+    assert s["segment.all.current"] == 0 and s["segment.all.freed"] == 2 and s["num_device_free"] == 2
+    assert s["segment.all.peak"] == 2 and s["allocation.all.peak"] == 2
+
+
+def test_reset_accumulated_zeroes_counters_not_current_values(rt):
+    keep = rt.malloc(0, 4096)
+    rt.free(0, rt.malloc(0, 4096))
+    allocator = rt.device(0).allocator
+    allocator.reset_accumulated()
+    s = stats(rt)
+    assert s["allocation.all.allocated"] == s["allocation.all.freed"] == 0
+    assert s["num_device_alloc"] == 0 and s["num_cache_hits"] == 0
+    assert s["allocation.all.current"] == 1 and s["allocated_bytes.all.current"] == 4096
+    rt.free(0, keep)
+    assert stats(rt)["allocation.all.freed"] == 1
