@@ -16,7 +16,7 @@ from math import prod
 from driver.errors import DriverError, DriverStatus, FirmwareRecordError
 from driver.firmware_loader import load_and_check
 from driver.memory_manager import VA_WINDOW, AddressSpace, PhysicalAllocator
-from firmware import ConfigError, FirmwareImage, Platform, abi, describe_description, load_description
+from firmware import ConfigError, Deadlock, FirmwareImage, Platform, abi, describe_description, load_description
 
 log = logging.getLogger("seed.driver")
 
@@ -252,7 +252,7 @@ class Driver:
             if endpoint.semaphore_value(semaphore) < value:
                 try:
                     self.platform.run_until(endpoint.semaphore_event(semaphore, value))
-                except Exception as err:
+                except Deadlock as err:
                     raise DriverError(DriverStatus.DEADLOCK,
                                       f"device {device}: semaphore {semaphore} can never reach {value} "
                                       f"(it is at {endpoint.semaphore_value(semaphore)}): {err}") from err

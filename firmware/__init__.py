@@ -1,7 +1,8 @@
 """Firmware of the Seed device: ring processing, fences, error records; its ABI."""
 from firmware import abi
 from firmware.image import FirmwareImage
-from firmware.platform import ConfigError, DeviceEndpoint, Platform, describe_description, load_description
+from firmware.platform import (ConfigError, Deadlock, DeviceEndpoint, Platform, describe_description,
+                               load_description)
 
-__all__ = ["abi", "FirmwareImage", "DeviceEndpoint", "Platform", "ConfigError", "load_description",
+__all__ = ["abi", "FirmwareImage", "DeviceEndpoint", "Platform", "ConfigError", "Deadlock", "load_description",
            "describe_description"]

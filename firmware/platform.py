@@ -9,6 +9,7 @@ the driver unchanged.
 from __future__ import annotations
 
 from emulator import ConfigError, EmulatedSystem, SystemConfig
+from emulator.system import Deadlock
 from emulator.config import describe, load_file, load_preset
 from firmware import abi
 from firmware.image import FirmwareImage
@@ -141,5 +142,5 @@ def describe_description(config: SystemConfig) -> dict:
     return describe(config)
 
 
-__all__ = ["Platform", "DeviceEndpoint", "abi", "FirmwareImage", "ConfigError", "load_description",
+__all__ = ["Platform", "DeviceEndpoint", "abi", "FirmwareImage", "ConfigError", "Deadlock", "load_description",
            "describe_description"]

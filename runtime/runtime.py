@@ -311,4 +311,7 @@ def configured_device_count() -> int:
     """Devices the configuration describes, without powering the system on."""
     if _runtime is not None:
         return _runtime.device_count
-    return Settings.from_environment().load_config().num_devices
+    try:
+        return Settings.from_environment().load_config().num_devices
+    except DriverError as err:
+        raise translate_driver_error(err) from err

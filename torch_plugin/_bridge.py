@@ -27,7 +27,9 @@ class Bridge:
     def device_count(self) -> int:
         try:
             return runtime.configured_device_count()
-        except Exception:
+        except runtime.EmuError:
+            # The device guard asks this and must not raise: a broken configuration shows as
+            # no devices here, and as its own error (naming the field) at first use.
             return 0
 
     @raises_torch_errors

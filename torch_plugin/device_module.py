@@ -19,7 +19,7 @@ def is_available() -> bool:
     """True when the configured emulated system has at least one device."""
     try:
         return runtime.configured_device_count() > 0
-    except Exception as err:  # a broken configuration: say why, once
+    except runtime.EmuError as err:  # a broken configuration: say why
         warnings.warn(f"emu is not available: {err}", stacklevel=2)
         return False
 
