@@ -67,3 +67,34 @@ def format_report(runtime) -> str:
         bound = "launch-bound (host time dominates)" if busiest < 0.5 * host_ns else "device-bound"
         lines.append(f"  verdict: {bound}")
     return "\n".join(lines)
+
+
+def chrome_trace(runtime) -> dict:
+    """The firmware's timeline as a Chrome/Perfetto trace (open it at ui.perfetto.dev).
+
+    One process per device, one track per unit (dma, vector_engine, matrix_engine); each
+    command is a complete event in modelled microseconds, with its ring, sequence number,
+    bytes and flops. The firmware keeps the most recent entries (see firmware/scheduler.py).
+    """
+    events = []
+    for index in range(runtime.device_count):
+        if not runtime.has_context(index):
+            continue
+        events.append({"name": "process_name", "ph": "M", "pid": index, "args": {"name": f"emu:{index}"}})
+        units = {}
+        for entry in runtime.driver.telemetry(index)["trace"]:
+            tid = units.setdefault(entry.engine, len(units))
+            events.append({
+                "name": entry.name, "ph": "X", "pid": index, "tid": tid,
+                "ts": entry.start_ns / 1e3, "dur": (entry.end_ns - entry.start_ns) / 1e3,
+                "args": {"ring": entry.ring, "seq": entry.seq, "bytes": entry.nbytes, "flops": entry.flops},
+            })
+        for unit, tid in units.items():
+            events.append({"name": "thread_name", "ph": "M", "pid": index, "tid": tid, "args": {"name": unit}})
+    return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def write_chrome_trace(runtime, path) -> None:
+    import json
+    with open(path, "w") as out:
+        json.dump(chrome_trace(runtime), out)

@@ -2,12 +2,14 @@
 
 Prints the device, its hardware description, what ran natively and what fell
 back to the host, the check against the CPU reference, and the
-projected-performance report. Run with ``make demo`` (or
+projected-performance report; writes the modelled timeline to
+``out/demo_timeline.json`` (Perfetto / Chrome trace format). Run with ``make demo`` (or
 ``python -m torch_plugin.demo``).
 """
 from __future__ import annotations
 
 import json
+import os
 import warnings
 
 import torch
@@ -60,6 +62,9 @@ def main() -> None:
     print("ops run natively on the device:", dict(sorted(stats["native"].items())))
     print("ops that fell back to the host:", dict(sorted(stats["host_fallback"].items())))
     print(torch.emu.performance_report())
+    os.makedirs("out", exist_ok=True)
+    torch.emu.export_timeline("out/demo_timeline.json")
+    print("timeline of the device commands: out/demo_timeline.json (open it at ui.perfetto.dev)")
 
 
 if __name__ == "__main__":

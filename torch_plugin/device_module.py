@@ -328,6 +328,13 @@ __all__ = [n for n in dir() if not n.startswith("_")]
 
 
 @raises_torch_errors
+def export_timeline(path) -> None:
+    """Writes the modelled timeline of the device commands as a Perfetto/Chrome trace (JSON)."""
+    from runtime.report import write_chrome_trace
+    write_chrome_trace(runtime.get_runtime(), path)
+
+
+@raises_torch_errors
 def performance_report() -> str:
     """The projected-performance report of everything run so far (modelled time)."""
     from runtime.report import format_report
