@@ -378,3 +378,87 @@ def unary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, shap
             _unary_rows(&it, ptrs, code, odt, adt, cdt, fx)
         else:
             _unary_rows(&it, ptrs, code, odt, adt, cdt, ix)
+
+
+# ---------------------------------------------------------------------------
+# threshold_backward: out = (x <= threshold) ? 0 : grad, PyTorch CPU's threshold kernel
+# with value 0 and ``other`` = grad. A NaN ``x`` compares false, so its grad passes through
+# (as on CPU). Both operands are cast to the compute dtype first; float16/bfloat16 compare
+# and select in float32 against the float32 threshold (CPU's reduced-float branch).
+
+cdef void _select_le(acc_t* g, const acc_t* x, Py_ssize_t m, acc_t threshold) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(m):
+        if x[i] <= threshold:
+            g[i] = 0
+
+
+cdef void _threshold_rows(NdIter* it, char** ptrs, int odt, int gdt, int xdt, int cdt,
+                          acc_t threshold, acc_t* g, acc_t* x) noexcept nogil:
+    cdef Py_ssize_t n = iter_row_len(it)
+    cdef Py_ssize_t so = iter_row_stride(it, 0), sg = iter_row_stride(it, 1), sx = iter_row_stride(it, 2)
+    cdef Py_ssize_t j, m
+    while True:
+        j = 0
+        while j < n:
+            m = n - j if n - j < BLOCK else BLOCK
+            load_block(ptrs[1] + j * sg, sg, gdt, m, g)
+            if gdt != cdt:
+                round_block_to(g, m, cdt)
+            load_block(ptrs[2] + j * sx, sx, xdt, m, x)
+            if xdt != cdt:
+                round_block_to(x, m, cdt)
+            _select_le(g, x, m, threshold)
+            store_block(g, m, odt, ptrs[0] + j * so, so)
+            j += m
+        if not iter_next_row(it, ptrs):
+            break
+
+
+def threshold_backward(out_addr, out_dtype, out_strides, grad_addr, grad_dtype, grad_strides,
+                       x_addr, x_dtype, x_strides, shape, compute_dtype, threshold):
+    """out = cast<out>(cast<compute>(x) <= threshold ? 0 : cast<compute>(grad)) over `shape`.
+
+    ``threshold`` is already in the compute dtype's value set (the host converts it as
+    ATen's Scalar.to<scalar_t>() does; float32 for float16/bfloat16 compute). Bool compute
+    is rejected, as on CPU.
+    """
+    cdef int odt, gdt, xdt, cdt
+    cdef NdIter it
+    cdef char* ptrs[3]
+    cdef float fg[BLOCK]
+    cdef float fx[BLOCK]
+    cdef double dg[BLOCK]
+    cdef double dx[BLOCK]
+    cdef int64_t ig[BLOCK]
+    cdef int64_t ix[BLOCK]
+    cdef float fthr = 0
+    cdef double dthr = 0
+    cdef int64_t ithr = 0
+    odt = check_dtype(out_dtype, "threshold_backward out_dtype")
+    gdt = check_dtype(grad_dtype, "threshold_backward grad_dtype")
+    xdt = check_dtype(x_dtype, "threshold_backward x_dtype")
+    cdt = check_dtype(compute_dtype, "threshold_backward compute_dtype")
+    if cdt == DT_BOOL:
+        raise ValueError("threshold_backward: not supported for bool tensors")
+    if is_floating(cdt):
+        dthr = float(threshold)
+        fthr = <float>dthr
+    else:
+        if isinstance(threshold, float) or not hasattr(threshold, "__index__"):
+            raise ValueError("threshold_backward: for integral compute, threshold must be an integer")
+        ithr = threshold
+    iter_init(&it, shape, [out_strides, grad_strides, x_strides],
+              [itemsize_of(odt), itemsize_of(gdt), itemsize_of(xdt)], "threshold_backward")
+    if it.size == 0:
+        return
+    ptrs[0] = as_ptr(out_addr, "threshold_backward out_addr")
+    ptrs[1] = as_ptr(grad_addr, "threshold_backward grad_addr")
+    ptrs[2] = as_ptr(x_addr, "threshold_backward x_addr")
+    with nogil:
+        if cdt == DT_FLOAT64:
+            _threshold_rows(&it, ptrs, odt, gdt, xdt, cdt, dthr, dg, dx)
+        elif is_floating(cdt):
+            _threshold_rows(&it, ptrs, odt, gdt, xdt, cdt, fthr, fg, fx)
+        else:
+            _threshold_rows(&it, ptrs, odt, gdt, xdt, cdt, ithr, ig, ix)

@@ -89,6 +89,26 @@ def _unary(op: str, out: Operand, a: Operand, compute_dtype: int):
                         out.shape, compute_dtype)
 
 
+def _threshold_backward(out: Operand, grad: Operand, x: Operand, compute_dtype: int, threshold):
+    _module('elementwise').threshold_backward(out.addr, out.dtype, out.strides, grad.addr, grad.dtype,
+                                              grad.strides, x.addr, x.dtype, x.strides, out.shape,
+                                              compute_dtype, threshold)
+
+
+def _sum(out: Operand, inp: Operand, dim_mask: int, compute_dtype: int):
+    """``out`` is described in keepdim form (extent 1 on the reduced dims); bit d of
+    ``dim_mask`` set = dimension d is reduced (launch arguments are scalars or tensors)."""
+    dims = tuple(d for d in range(len(inp.shape)) if dim_mask >> d & 1)
+    _module('reduction').reduce_sum(out.addr, out.dtype, out.strides, inp.addr, inp.dtype, inp.strides,
+                                    inp.shape, dims, compute_dtype)
+
+
+def _sum_cost(device, out: Operand, inp: Operand, dim_mask, compute_dtype):
+    # One add per input element on the vector engine; HBM streams the input once and the output once.
+    moved = inp.nbytes + out.nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(inp.numel, 1.0), moved, inp.numel)
+
+
 def _matmul(out: Operand, a: Operand, b: Operand, c: Operand | None, beta: float, alpha: float):
     M, K = a.shape
     N = b.shape[1]
@@ -141,6 +161,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
     Kernel("binary", "vector", _binary, _skip_op_name(_vector_cost(1.0))),
     Kernel("unary", "vector", _unary, _skip_op_name(_vector_cost(2.0))),
+    Kernel("threshold_backward", "vector", _threshold_backward, _vector_cost(1.0)),
+    Kernel("sum", "vector", _sum, _sum_cost),
     Kernel("matmul", "matrix", _matmul, _matmul_cost),
     Kernel("uniform", "vector", _uniform, _vector_cost(4.0)),
     Kernel("normal", "vector", _normal, _vector_cost(8.0)),

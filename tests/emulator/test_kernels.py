@@ -579,3 +579,65 @@ def test_random_zero_size_rank0_and_errors():
         random.uniform(ptr(x), D.FLOAT32, (), (), 1, 0, 1.0, 0.0)
     with pytest.raises(ValueError):
         random.normal(ptr(x), D.FLOAT32, (), (), 1, 0, 0.0, -1.0)
+
+
+# ---------------------------------------------------------------- threshold_backward / sum
+
+def test_threshold_backward_kernel_matches_torch():
+    from emulator.kernels import elementwise as ew
+    rng = np.random.default_rng(5)
+    for code in FLOATS + INTS:
+        g = source_values(code)[:64] if code in FLOATS else rng.integers(0, 100, 64).astype(NP[code])
+        x = (source_values(code)[64:128] if code in FLOATS
+             else rng.integers(0, 100, 64).astype(NP[code]))
+        thr = 0.5 if code in FLOATS else 50
+        out = np.empty_like(g)
+        ew.threshold_backward(ptr(out), code, st(out), ptr(g), code, st(g), ptr(x), code, st(x),
+                              g.shape, code, thr)
+        want = torch.ops.aten.threshold_backward(to_torch(g), to_torch(x), thr)
+        assert_same(out, from_torch(want))
+    # broadcast (0 strides) and a NaN in x: NaN <= t is false, so the gradient passes
+    g = np.arange(6, dtype=np.float32).reshape(2, 3)
+    x = np.array([np.nan, -1.0, 2.0], np.float32)
+    out = np.empty_like(g)
+    ew.threshold_backward(ptr(out), D.FLOAT32, st(out), ptr(g), D.FLOAT32, st(g), ptr(x), D.FLOAT32,
+                          (0, 1), (2, 3), D.FLOAT32, 0.0)
+    np.testing.assert_array_equal(out, [[0, 0, 2], [3, 0, 5]])
+    with pytest.raises(ValueError):
+        ew.threshold_backward(ptr(out), D.BOOL, (1,), ptr(g), D.BOOL, (1,), ptr(x), D.BOOL, (1,), (3,),
+                              D.BOOL, 0)
+
+
+@pytest.mark.parametrize("code", [D.FLOAT32, D.FLOAT64, D.INT32, D.UINT8, D.BOOL, D.FLOAT16])
+def test_reduce_sum_kernel(code):
+    from emulator.kernels import reduction
+    rng = np.random.default_rng(code)
+    if code in FLOATS:
+        a = rng.standard_normal((4, 5, 300)).astype(NP[code])
+    elif code == D.BOOL:
+        a = rng.random((4, 5, 300)) > 0.5
+    else:
+        a = rng.integers(0, 100, (4, 5, 300)).astype(NP[code])
+    a = a.transpose(2, 0, 1)                                   # non-contiguous input (300, 4, 5)
+    ref = to_torch(a)
+    ocode = code if code in FLOATS else D.INT64
+    for dims in [(0,), (1, 2), (0, 2), (), (0, 1, 2)]:
+        want = ref.sum(dims, keepdim=True) if dims else ref.sum((0, 1, 2), keepdim=True)
+        dims = dims or (0, 1, 2)
+        out = np.zeros(tuple(1 if d in dims else n for d, n in enumerate(a.shape)), NP[ocode])
+        reduction.reduce_sum(ptr(out), ocode, st(out), ptr(a), code, st(a), a.shape, dims, ocode)
+        got = to_torch(out)
+        if code in FLOATS:
+            tol = {D.FLOAT16: 1e-3, D.FLOAT32: 1e-5, D.FLOAT64: 1e-12}[code]
+            torch.testing.assert_close(got.double(), want.double(), rtol=tol, atol=tol * 300)
+        else:
+            assert torch.equal(got, want)
+    # empty reduction gives 0; invalid dims are rejected
+    e = np.zeros((0, 3), np.float32)
+    out = np.full((1, 3), 7.0, np.float32)
+    reduction.reduce_sum(ptr(out), D.FLOAT32, st(out), 0, D.FLOAT32, (3, 1), (0, 3), (0,), D.FLOAT32)
+    np.testing.assert_array_equal(out, 0)
+    with pytest.raises(ValueError):
+        reduction.reduce_sum(ptr(out), D.FLOAT32, st(out), ptr(e), D.FLOAT32, (3, 1), (0, 3), (0, 0), D.FLOAT32)
+    with pytest.raises(ValueError):
+        reduction.reduce_sum(ptr(out), D.FLOAT32, st(out), ptr(e), D.FLOAT32, (3, 1), (0, 3), (2,), D.FLOAT32)

@@ -1,4 +1,5 @@
-"""Elementwise ops lowered to the vector engine: add, sub, mul, div (true division), relu.
+"""Elementwise ops lowered to the vector engine: add, sub, mul, div (true division), relu,
+threshold_backward (the relu gradient).
 
 Type promotion is ``torch.result_type``; a CPU 0-dim operand (a Python scalar
 wrapped by ATen) becomes a device scalar. Broadcasting is expressed as zero
@@ -181,3 +182,48 @@ def relu(a):
 
 def relu_(a):
     return _relu(a, a)
+
+
+def _threshold_value(threshold, dtype):
+    """The threshold as CPU's kernel sees it: Scalar.to<scalar_t>() (checked: out-of-range raises
+    like CPU), in float32 for float16/bfloat16 (CPU compares ``float(x) <= threshold``)."""
+    if isinstance(threshold, torch.Tensor):
+        threshold = threshold.item()
+    as_dtype = torch.float32 if dtype in _REDUCED_FLOAT else dtype
+    return torch.full((), threshold, dtype=as_dtype).item()
+
+
+def _threshold_backward(grad, x, threshold, out=None):
+    name = "aten::threshold_backward"
+    device = common_device(name, grad, x)
+    _check_supported(name, grad.dtype, x.dtype)
+    result_dtype = torch.result_type(grad, x)
+    _check_supported(name, result_dtype)
+    if result_dtype == torch.bool:
+        raise RuntimeError("\"threshold_cpu\" not implemented for 'Bool'")
+    thr = _threshold_value(threshold, result_dtype)
+    shape = broadcast_shape(tuple(grad.shape), tuple(x.shape))
+    if out is None:
+        out = empty_like_layout(shape, result_dtype, device, grad, x)
+    else:
+        common_device(name, out, grad, x)
+        _check_supported(name, out.dtype)
+        prepare_out(name, out, shape, result_dtype)
+        check_overlap(name, out, grad, x)
+    if out.numel() == 0:
+        return out
+    grad = _as_device_operand(grad, result_dtype, device)
+    x = _as_device_operand(x, result_dtype, device)
+    rt().launch("threshold_backward", (device_ref(out), device_ref(grad, shape, broadcast_strides(grad, shape)),
+                                       device_ref(x, shape, broadcast_strides(x, shape)),
+                                       TO_CODE[result_dtype], thr),
+                current_stream(device))
+    return out
+
+
+def threshold_backward(grad_output, self, threshold):
+    return _threshold_backward(grad_output, self, threshold)
+
+
+def threshold_backward_out(grad_output, self, threshold, *, grad_input):
+    return _threshold_backward(grad_output, self, threshold, out=grad_input)

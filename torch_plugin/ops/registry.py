@@ -76,7 +76,7 @@ def _native(name: str, fn):
 
 
 def native_kernels() -> dict:
-    from torch_plugin.ops import copy, elementwise, factories, linalg, random
+    from torch_plugin.ops import copy, elementwise, factories, linalg, random, reduction
     return {
         "_copy_from": copy.copy_from,
         "_local_scalar_dense": copy.local_scalar_dense,
@@ -94,6 +94,10 @@ def native_kernels() -> dict:
         "mul.out": elementwise.mul_out,
         "relu": elementwise.relu,
         "relu_": elementwise.relu_,
+        "threshold_backward": elementwise.threshold_backward,
+        "threshold_backward.grad_input": elementwise.threshold_backward_out,
+        "sum.dim_IntList": reduction.sum_dim,
+        "sum.IntList_out": reduction.sum_out,
         "mm": linalg.mm,
         "mm.out": linalg.mm_out,
         "addmm": linalg.addmm,
