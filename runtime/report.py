@@ -57,9 +57,9 @@ def format_report(runtime) -> str:
             f"{unit} {100 * ns / span:.1f}%" for unit, ns in busy.items()))
         rows = kernel_rows(telemetry, config)
         if rows:
-            lines.append(f"  {'kernel':<18}{'count':>7}{'busy us':>12}{'GB/s':>9}{'GFLOP/s':>10}  bottleneck")
+            lines.append(f"  {'kernel':<22}{'count':>7}{'busy us':>12}{'GB/s':>9}{'GFLOP/s':>10}  bottleneck")
             for r in rows:
-                lines.append(f"  {r['kernel']:<18}{r['count']:>7}{r['busy_us']:>12.1f}{r['gbytes_per_s']:>9.1f}"
+                lines.append(f"  {r['kernel']:<22}{r['count']:>7}{r['busy_us']:>12.1f}{r['gbytes_per_s']:>9.1f}"
                              f"{r['gflops_per_s']:>10.1f}  {r['bottleneck']}")
     if host_ns > 0 and device_ns > 0:
         busiest = max((sum(runtime.driver.telemetry(i)["engines_busy_ns"].values())

@@ -156,6 +156,65 @@ def _linspace(out: Operand, steps: int, start: float, end: float):
     _module("sequence").linspace(out.addr, out.dtype, out.strides[0], steps, start, end)
 
 
+def _log_softmax(out: Operand, inp: Operand, dim: int):
+    _module('softmax').log_softmax(out.addr, out.dtype, out.strides, inp.addr, inp.dtype, inp.strides,
+                                   inp.shape, dim)
+
+
+def _log_softmax_backward(grad_input: Operand, grad_output: Operand, output: Operand, dim: int):
+    _module('softmax').log_softmax_backward(grad_input.addr, grad_input.dtype, grad_input.strides,
+                                            grad_output.addr, grad_output.dtype, grad_output.strides,
+                                            output.addr, output.dtype, output.strides, grad_input.shape, dim)
+
+
+def _nll_operands(inp: Operand, target: Operand, weight: Operand | None):
+    """(N, C) view of a 2-D input; a 1-D input is described by the host as (1, C) with stride 0."""
+    n, c = inp.shape
+    w = (0, dtypes.FLOAT32, 0) if weight is None else (weight.addr, weight.dtype, weight.strides[0])
+    return n, c, w
+
+
+def _nll_loss(out: Operand, total_weight: Operand, inp: Operand, target: Operand, weight: Operand | None,
+              mode: int, ignore_index: int):
+    """``mode``: 0 = a loss per sample (``out`` is (N,)), 1 = mean, 2 = sum (``out`` is a scalar
+    described as (1,))."""
+    n, c, (w_addr, w_dtype, w_stride) = _nll_operands(inp, target, weight)
+    _module('losses').nll_loss_forward(out.addr, out.dtype, out.strides[0], total_weight.addr, total_weight.dtype,
+                                       inp.addr, inp.dtype, inp.strides[0], inp.strides[1],
+                                       target.addr, target.strides[0], w_addr, w_dtype, w_stride,
+                                       n, c, mode, ignore_index)
+
+
+def _nll_loss_backward(grad_input: Operand, grad_output: Operand, target: Operand, weight: Operand | None,
+                       total_weight: Operand, mode: int, ignore_index: int):
+    n, c, (w_addr, w_dtype, w_stride) = _nll_operands(grad_input, target, weight)
+    _module('losses').nll_loss_backward(grad_input.addr, grad_input.dtype, grad_input.strides[0],
+                                        grad_input.strides[1], grad_output.addr, grad_output.dtype,
+                                        grad_output.strides[0], target.addr, target.strides[0],
+                                        w_addr, w_dtype, w_stride, total_weight.addr, total_weight.dtype,
+                                        n, c, mode, ignore_index)
+
+
+def _nll_loss_cost(device, *args):
+    # Gathers one input element per sample: bytes = the gathered input, targets, weights read,
+    # outputs written; a few vector cycles per sample.
+    out, tw, inp, target, weight = args[:5]
+    n = inp.shape[0]
+    item = dtypes.ITEMSIZE[inp.dtype]
+    moved = n * item + target.nbytes + (n * dtypes.ITEMSIZE[weight.dtype] if weight is not None else 0) \
+        + out.nbytes + tw.nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(n, 4.0), moved, 2 * n)
+
+
+def _nll_loss_backward_cost(device, grad_input, grad_output, target, weight, total_weight, *rest):
+    # Zero-fills grad_input and scatters one value per sample.
+    n = grad_input.shape[0]
+    moved = grad_input.nbytes + grad_output.nbytes + target.nbytes + total_weight.nbytes \
+        + (n * dtypes.ITEMSIZE[weight.dtype] if weight is not None else 0)
+    return _roofline(device, device.vector_engine.elementwise_ns(grad_input.numel + n, 1.0), moved,
+                     grad_input.numel)
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
@@ -163,6 +222,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("unary", "vector", _unary, _skip_op_name(_vector_cost(2.0))),
     Kernel("threshold_backward", "vector", _threshold_backward, _vector_cost(1.0)),
     Kernel("sum", "vector", _sum, _sum_cost),
+    Kernel("log_softmax", "vector", _log_softmax, _vector_cost(4.0, 4)),
+    Kernel("log_softmax_backward", "vector", _log_softmax_backward, _vector_cost(4.0, 4)),
+    Kernel("nll_loss", "vector", _nll_loss, _nll_loss_cost),
+    Kernel("nll_loss_backward", "vector", _nll_loss_backward, _nll_loss_backward_cost),
     Kernel("matmul", "matrix", _matmul, _matmul_cost),
     Kernel("uniform", "vector", _uniform, _vector_cost(4.0)),
     Kernel("normal", "vector", _normal, _vector_cost(8.0)),

@@ -76,7 +76,7 @@ def _native(name: str, fn):
 
 
 def native_kernels() -> dict:
-    from torch_plugin.ops import copy, elementwise, factories, linalg, random, reduction
+    from torch_plugin.ops import copy, elementwise, factories, linalg, loss, random, reduction
     return {
         "_copy_from": copy.copy_from,
         "_local_scalar_dense": copy.local_scalar_dense,
@@ -98,6 +98,14 @@ def native_kernels() -> dict:
         "threshold_backward.grad_input": elementwise.threshold_backward_out,
         "sum.dim_IntList": reduction.sum_dim,
         "sum.IntList_out": reduction.sum_out,
+        "_log_softmax": loss.log_softmax,
+        "_log_softmax.out": loss.log_softmax_out,
+        "_log_softmax_backward_data": loss.log_softmax_backward_data,
+        "_log_softmax_backward_data.out": loss.log_softmax_backward_data_out,
+        "nll_loss_forward": loss.nll_loss_forward,
+        "nll_loss_forward.output": loss.nll_loss_forward_output,
+        "nll_loss_backward": loss.nll_loss_backward,
+        "nll_loss_backward.grad_input": loss.nll_loss_backward_grad_input,
         "mm": linalg.mm,
         "mm.out": linalg.mm_out,
         "addmm": linalg.addmm,
