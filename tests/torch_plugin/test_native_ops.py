@@ -27,22 +27,7 @@ import pytest
 import torch
 
 import torch_plugin  # noqa: F401
-
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,
-          torch.int8, torch.uint8, torch.bool]
-EXACT = dict(rtol=0, atol=0)
-
-
-def make(dtype, shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=g) > 0.5
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g) * 4).to(dtype)
-    if dtype == torch.uint8:
-        return torch.randint(0, 256, shape, generator=g, dtype=dtype)
-    info = torch.iinfo(dtype)
-    return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=g, dtype=dtype)
+from plugin_testing import DTYPES, EXACT, make
 
 
 def emu(t):
@@ -57,20 +42,6 @@ def check(op, *args, tol=EXACT, **kwargs):
     assert got.dtype == expected.dtype and got.shape == expected.shape
     torch.testing.assert_close(got.cpu(), expected, equal_nan=True, **tol)
     return got
-
-
-@pytest.fixture
-def stats():
-    """op_stats() collected during the test (reset at its start)."""
-    torch.emu.reset_op_stats()
-
-    class Stats:
-        def native(self, op):
-            return torch.emu.op_stats()["native"].get(op, 0)
-
-        def fallback(self, op):
-            return torch.emu.op_stats()["host_fallback"].get(op, 0)
-    return Stats()
 
 
 # --------------------------------------------------------------------- add / mul / relu

@@ -23,39 +23,11 @@ import pytest
 import torch
 
 import torch_plugin  # noqa: F401
+from plugin_testing import DTYPES, EXACT, make
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16,
-          torch.int8, torch.uint8, torch.bool]
 FLOATS = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
-EXACT = dict(rtol=0, atol=0)
 RTOL = {torch.float32: 1.3e-6, torch.float64: 1e-12, torch.float16: 1e-3, torch.bfloat16: 1.6e-2}
 EPS = {torch.float32: 2.0 ** -24, torch.float64: 2.0 ** -53}
-
-
-def make(dtype, shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=g) > 0.5
-    if dtype.is_floating_point:
-        return (torch.randn(shape, generator=g) * 4).to(dtype)
-    if dtype == torch.uint8:
-        return torch.randint(0, 256, shape, generator=g, dtype=dtype)
-    info = torch.iinfo(dtype)
-    return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=g, dtype=dtype)
-
-
-@pytest.fixture
-def stats():
-    torch.emu.reset_op_stats()
-
-    class Stats:
-        def native(self, op):
-            return torch.emu.op_stats()["native"].get(op, 0)
-
-        def no_fallback(self):
-            fell = torch.emu.op_stats()["host_fallback"]
-            assert not fell, f"fell back to the host: {fell}"
-    return Stats()
 
 
 def sum_tol(x: torch.Tensor, result_dtype, n: int) -> dict:

@@ -26,28 +26,14 @@ import torch
 import torch.nn.functional as F
 
 import torch_plugin  # noqa: F401
+from plugin_testing import EXACT
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 SOFTMAX_TOL = {torch.float32: dict(rtol=1e-5, atol=1e-5), torch.float64: dict(rtol=1e-12, atol=1e-12),
                torch.float16: dict(rtol=2e-3, atol=2e-3), torch.bfloat16: dict(rtol=1.6e-2, atol=1.6e-2)}
 REDUCED_TOL = {torch.float32: dict(rtol=1e-6, atol=1e-6), torch.float64: dict(rtol=1e-12, atol=1e-12),
                torch.float16: dict(rtol=1e-2, atol=1e-2), torch.bfloat16: dict(rtol=4e-2, atol=4e-2)}
-EXACT = dict(rtol=0, atol=0)
 REDUCTIONS = ["none", "mean", "sum"]
-
-
-@pytest.fixture
-def stats():
-    torch.emu.reset_op_stats()
-
-    class Stats:
-        def native(self, op):
-            return torch.emu.op_stats()["native"].get(op, 0)
-
-        def no_fallback(self):
-            fell = torch.emu.op_stats()["host_fallback"]
-            assert not fell, f"fell back to the host: {fell}"
-    return Stats()
 
 
 def randn(shape, dtype, seed=0):
