@@ -361,3 +361,14 @@ cdef inline bint iter_next_row(NdIter* it, char** ptrs) noexcept nogil:
         it.index[d] = 0
         d -= 1
     return False
+
+
+cdef inline double round_to(double v, int dt) noexcept nogil:
+    """v rounded to the precision of floating dtype dt (as stored)."""
+    if dt == DT_FLOAT32:
+        return <float>v
+    if dt == DT_FLOAT16:
+        return ek_round_f16(<float>v)
+    if dt == DT_BFLOAT16:
+        return ek_round_bf16(<float>v)
+    return v

@@ -26,16 +26,6 @@ cdef inline double _ld(const char* p, int dt) noexcept nogil:
     return v
 
 
-cdef inline double _round(double v, int dt) noexcept nogil:
-    if dt == DT_FLOAT32:
-        return <float>v
-    if dt == DT_FLOAT16:
-        return ek_round_f16(<float>v)
-    if dt == DT_BFLOAT16:
-        return ek_round_bf16(<float>v)
-    return v
-
-
 cdef inline void _st(char* p, int dt, double v) noexcept nogil:
     store_block(&v, 1, dt, p, 0)
 
@@ -44,7 +34,7 @@ cdef inline double _div(double a, double b, int dt) noexcept nogil:
     # a / b in the compute type of dt (float32 unless float64), then rounded to dt
     if dt == DT_FLOAT64:
         return a / b
-    return _round(<float>a / <float>b, dt)
+    return round_to(<float>a / <float>b, dt)
 
 
 def nll_loss_forward(out_addr, out_dtype, out_stride, tw_addr, tw_dtype,
@@ -100,8 +90,8 @@ def nll_loss_forward(out_addr, out_dtype, out_stride, tw_addr, tw_dtype,
             if m == 0:
                 _st(tw, twdt, 0.0)
             else:
-                twr = _round(wsum if has_w else <double>count, twdt)
-                lr = _round(loss, odt)
+                twr = round_to(wsum if has_w else <double>count, twdt)
+                lr = round_to(loss, odt)
                 if m == 1:
                     lr = _div(lr, twr, odt)
                 _st(out, odt, lr)
@@ -142,9 +132,9 @@ def nll_loss_backward(gi_addr, gi_dtype, gi_s0, gi_s1, go_addr, go_dtype, go_s0,
     if has_w:
         w = as_ptr(w_addr, "nll_loss_backward w_addr")
     if m != 0:
-        g = _round(_ld(go, godt), gidt)
+        g = round_to(_ld(go, godt), gidt)
         if m == 1:
-            g = _div(g, _round(_ld(as_ptr(tw_addr, "nll_loss_backward tw_addr"), twdt), gidt), gidt)
+            g = _div(g, round_to(_ld(as_ptr(tw_addr, "nll_loss_backward tw_addr"), twdt), gidt), gidt)
         g = -g
     with nogil:
         for i in range(n):
@@ -157,9 +147,9 @@ def nll_loss_backward(gi_addr, gi_dtype, gi_s0, gi_s1, go_addr, go_dtype, go_s0,
             if t < 0 or t >= c:
                 has_bad, bad = True, t
                 break
-            wv = _round(_ld(w + t * sw, wdt), gidt) if has_w else 1.0
+            wv = round_to(_ld(w + t * sw, wdt), gidt) if has_w else 1.0
             if m == 0:
-                v = -wv * _round(_ld(go + i * sgo, godt), gidt)
+                v = -wv * round_to(_ld(go + i * sgo, godt), gidt)
             else:
                 v = wv * g
             _st(gi + i * s0 + t * s1, gidt, v)

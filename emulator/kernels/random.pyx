@@ -94,17 +94,6 @@ cdef struct Params:
     int pdt                              # bernoulli: p tensor dtype, -1 for scalar p
 
 
-cdef inline double round_to(double v, int dt) noexcept nogil:
-    """v rounded to the precision of floating dtype dt (as stored)."""
-    if dt == DT_FLOAT32:
-        return <float>v
-    if dt == DT_FLOAT16:
-        return ek_round_f16(<float>v)
-    if dt == DT_BFLOAT16:
-        return ek_round_bf16(<float>v)
-    return v
-
-
 cdef void _generate(Params* P, Stream* s, uint64_t j, Py_ssize_t m, double* d, int64_t* q) noexcept nogil:
     """Fill d[0:m] (or q[0:m] for randint) for the m elements whose first word
     is j.  For bernoulli with a p tensor, d holds the p values on entry."""
