@@ -1,0 +1,17 @@
+"""The benchmark scripts keep running (smoke test: no timing is asserted here)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_copy_and_launch_benchmark_runs_and_reports_every_case():
+    env = dict(os.environ, EMU_PRESET="tiny")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_copy_and_launch.py"), "--quick"],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    for case in ("host->device copy 1 MiB", "device->host copy 1 MiB", "tiny device op"):
+        assert case in result.stdout
+    assert ("all targets met" in result.stdout) or ("OVER TARGET" in result.stdout)
