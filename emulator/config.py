@@ -113,6 +113,11 @@ class DeviceConfig(_Validated):
     command_processor: CommandProcessorConfig = field(default_factory=CommandProcessorConfig)
     mmu: MmuConfig = field(default_factory=MmuConfig)
 
+    @property
+    def total_memory(self) -> int:
+        """Device memory in bytes (the name torch.cuda's device properties use)."""
+        return self.hbm.capacity_bytes
+
 
 @dataclass(frozen=True)
 class HostConfig(_Validated):

@@ -179,3 +179,9 @@ def test_load_file_missing_file(tmp_path):
         C.load_file(path)
     assert info.value.field == "EMU_CONFIG"
     assert str(path) in str(info.value)
+
+
+def test_device_total_memory_is_the_hbm_capacity():
+    from emulator.config import load_preset
+    device = load_preset("tiny").device
+    assert device.total_memory == device.hbm.capacity_bytes == 64 * 2 ** 20
