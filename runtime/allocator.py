@@ -8,10 +8,13 @@ memory, every cached block is released and the allocation retried once.
 """
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 
 from driver import DriverError, DriverStatus
 from runtime.errors import InvalidValueError, OutOfMemoryError
+
+log = logging.getLogger("seed.runtime")
 
 SMALL = 1 << 20
 SMALL_ROUND = 512
@@ -79,6 +82,8 @@ class CachingAllocator:
                 if err.status != DriverStatus.OUT_OF_MEMORY:
                     raise
                 if attempt == 0:
+                    log.info("emu:%d: %d bytes do not fit; releasing %d cached bytes and retrying",
+                             self.device, size, self.reserved - self.allocated)
                     self.num_retries += 1
                     self.empty_cache()
                     continue

@@ -65,6 +65,9 @@ class Runtime:
             raise translate_driver_error(err) from err
         self.lock = self.driver.lock
         self.launch_blocking = self.settings.launch_blocking
+        log.info("emulated system %r powered on: %d x %s, firmware %s", self.config.name,
+                 self.driver.device_count, self.config.device.name,
+                 ".".join(map(str, self.driver.firmware_versions[0])))
         self._devices: dict[int, DeviceState] = {}
         self._events = itertools.count(1)
 
