@@ -80,7 +80,9 @@ c10::DeviceIndex current_device() {
   return tl_device;
 }
 
-void set_device(c10::DeviceIndex index) {
+namespace {
+// An index that names an existing device, or an error saying what was asked and what exists.
+c10::DeviceIndex checked_index(c10::DeviceIndex index) {
   c10::DeviceIndex n = device_count();
   TORCH_CHECK(
       index >= 0 && index < n,
@@ -91,7 +93,12 @@ void set_device(c10::DeviceIndex index) {
       " emu device(s) available, valid indices are 0..",
       static_cast<int>(n) - 1,
       ")");
-  tl_device = index;
+  return index;
+}
+} // namespace
+
+void set_device(c10::DeviceIndex index) {
+  tl_device = checked_index(index);
 }
 
 c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
@@ -103,18 +110,7 @@ c10::DeviceIndex exchange_device(c10::DeviceIndex index) {
 }
 
 c10::DeviceIndex resolve_device(c10::DeviceIndex index) {
-  if (index == -1) {
-    return tl_device;
-  }
-  c10::DeviceIndex n = device_count();
-  TORCH_CHECK(
-      index >= 0 && index < n,
-      "emu: invalid device index ",
-      static_cast<int>(index),
-      " (",
-      static_cast<int>(n),
-      " emu device(s) available)");
-  return index;
+  return index == -1 ? tl_device : checked_index(index);
 }
 
 c10::StreamId current_stream_id(c10::DeviceIndex index) {
