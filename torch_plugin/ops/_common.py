@@ -1,6 +1,8 @@
 """Helpers shared by the op kernels: operand descriptors, streams, launches."""
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 import runtime
@@ -141,3 +143,16 @@ def check_overlap(op: str, out: torch.Tensor, *inputs) -> None:
             continue  # exact alias: the in-place form
         raise RuntimeError(f"{op}: unsupported operation: some elements of the input tensor and the "
                            "written-to tensor refer to a single memory location.")
+
+
+def resize_out(out: torch.Tensor, shape) -> None:
+    """ATen's resize_output: a non-empty out of the wrong shape is resized with its warning."""
+    if tuple(out.shape) != tuple(shape):
+        if out.numel() != 0:
+            warnings.warn(f"An output with one or more elements was resized since it had shape "
+                          f"{list(out.shape)}, which does not match the required output shape "
+                          f"{list(shape)}. This behavior is deprecated, and in a future PyTorch "
+                          "release outputs will not be resized unless they have zero elements. "
+                          "You can explicitly reuse an out tensor t by resizing it, inplace, to "
+                          "zero elements with t.resize_(0).", UserWarning, stacklevel=5)
+        out.resize_(shape)

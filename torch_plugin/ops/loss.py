@@ -25,14 +25,12 @@ message names "Target T is out of bounds."). No clamping, never a silent wrong v
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops import fallback
-from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, rt
+from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 
 _REDUCTIONS = (0, 1, 2)  # none, mean, sum
 
@@ -47,15 +45,7 @@ def _wrap_dim(dim: int, ndim: int) -> int:
 def _resize_out(out: torch.Tensor, shape, dtype, name: str) -> None:
     if out.dtype != dtype:
         raise RuntimeError(f"{name}: Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
-    if tuple(out.shape) != tuple(shape):
-        if out.numel() != 0:
-            warnings.warn(f"An output with one or more elements was resized since it had shape "
-                          f"{list(out.shape)}, which does not match the required output shape "
-                          f"{list(shape)}. This behavior is deprecated, and in a future PyTorch "
-                          "release outputs will not be resized unless they have zero elements. "
-                          "You can explicitly reuse an out tensor t by resizing it, inplace, to "
-                          "zero elements with t.resize_(0).", UserWarning, stacklevel=4)
-        out.resize_(shape)
+    resize_out(out, shape)
 
 
 def _softmax_ref(t: torch.Tensor):

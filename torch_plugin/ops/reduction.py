@@ -11,13 +11,11 @@ wrapping), then rounded once. An empty reduction gives 0.
 """
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from torch_plugin._dtypes import SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
-from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, rt
+from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 
 
 def _reduced_dims(op: str, ndim: int, dim) -> tuple:
@@ -55,15 +53,7 @@ def _sum(x, dim, keepdim, dtype, out=None):
     if out is None:
         out = torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
     else:
-        if tuple(out.shape) != shape:
-            if out.numel() != 0:
-                warnings.warn(f"An output with one or more elements was resized since it had shape "
-                              f"{list(out.shape)}, which does not match the required output shape "
-                              f"{list(shape)}. This behavior is deprecated, and in a future PyTorch "
-                              "release outputs will not be resized unless they have zero elements. "
-                              "You can explicitly reuse an out tensor t by resizing it, inplace, to "
-                              "zero elements with t.resize_(0).", UserWarning, stacklevel=3)
-            out.resize_(shape)
+        resize_out(out, shape)
         check_overlap(name, out, x)
     if out.numel() == 0:
         return out
