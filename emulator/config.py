@@ -122,6 +122,14 @@ class DeviceConfig(_Validated):
 @dataclass(frozen=True)
 class HostConfig(_Validated):
     api_call_ns: float = param(2000.0, "ns", "modelled host time of one runtime API call", minimum=0.0)
+    # Host cost model of work the host does itself (the torch plugin's host fallback):
+    # fallback_overhead_ns + max(flops / flops_per_s, bytes / memory_bandwidth_gb_per_s).
+    flops_per_s: float = param(100e9, "FLOP/s", "host compute throughput for work run on the host CPU",
+                               minimum=1.0)
+    memory_bandwidth_gb_per_s: float = param(20.0, "GB/s", "host memory bandwidth for work run on the host CPU",
+                                             minimum=1e-6)
+    fallback_overhead_ns: float = param(5000.0, "ns", "fixed host cost of dispatching one op to the host CPU",
+                                        minimum=0.0)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,9 @@
 Projected time is modelled time (host clock and device clock of the DES), never
 wall time. Per kernel it lists the count, modelled busy time, bytes moved,
 flops, and the roofline bottleneck: compute-bound when the kernel's arithmetic
-intensity exceeds the device's machine balance, memory-bound otherwise.
+intensity exceeds the device's machine balance, memory-bound otherwise. Ops that
+ran on the host CPU (the torch plugin's host fallback) are shown with their host
+time, charged by the host cost model of ``runtime/host_clock.py``.
 """
 from __future__ import annotations
 
@@ -46,6 +48,12 @@ def format_report(runtime) -> str:
     device_ns = runtime.driver.now_ns
     lines.append(f"  host time      {host_ns / 1e3:12.1f} us  ({runtime.clock.api_calls} runtime calls, "
                  f"{runtime.clock.waited_ns / 1e3:.1f} us waiting for the device)")
+    clock = runtime.clock
+    if clock.host_work_calls:
+        # Ops the torch plugin ran on the host CPU (host fallback), by the host cost model.
+        share = 100 * clock.host_work_ns / host_ns if host_ns else 0.0
+        lines.append(f"  host fallback: {clock.host_work_calls} ops, {clock.host_work_ns / 1e3:.1f} us "
+                     f"of modelled host time ({share:.1f}% of host time)")
     lines.append(f"  device time    {device_ns / 1e3:12.1f} us")
     for index in range(runtime.device_count):
         if not runtime.has_context(index):
@@ -65,6 +73,8 @@ def format_report(runtime) -> str:
         busiest = max((sum(runtime.driver.telemetry(i)["engines_busy_ns"].values())
                        for i in range(runtime.device_count) if runtime.has_context(i)), default=0.0)
         bound = "launch-bound (host time dominates)" if busiest < 0.5 * host_ns else "device-bound"
+        if busiest < 0.5 * host_ns and runtime.clock.host_work_ns >= 0.5 * host_ns:
+            bound = "host-bound (host fallback dominates host time)"
         lines.append(f"  verdict: {bound}")
     return "\n".join(lines)
 

@@ -1,25 +1,143 @@
 """Host fallback: an op without a device kernel runs on the CPU, correctly but slowly.
 
-Every emu tensor argument is copied to the host (a synchronising copy), the CPU
-kernel runs, and results are copied back: outputs into new emu tensors,
-mutated arguments (``Tensor(a!)``) back into the original emu tensors. Each op
-instance is counted (``torch.emu.op_stats()``) and each op warns once. Ops that
-return views of their inputs cannot be emulated this way and are rejected.
+Every emu tensor argument is copied to the host (a synchronising copy; the same emu
+tensor passed twice becomes one host tensor, so the CPU op sees the aliasing), the
+CPU kernel runs, and results are copied back: outputs into new emu tensors, and
+every mutated argument back into its emu original (resized first when the CPU op
+resized it). Mutated arguments are found from the schema (``alias_info.is_write``):
+``Tensor(a!)``, ``Tensor(a!)?``, ``Tensor(a!)[]`` and ``Tensor(a!)?[]``. An op with
+a mutable argument of any other kind is rejected before anything runs, never run
+with its write lost. Returns that alias a mutated argument (in-place and out= ops)
+are the caller's emu originals. Ops that return views of their inputs cannot be
+emulated this way and are rejected.
+
+Accounting: each op instance is counted under ``host_fallback`` in
+``torch.emu.op_stats()`` and each op warns once; the fallback's own copies
+(``aten::_copy_from``) are counted under ``host_fallback_copies``, not ``native``.
+The CPU work is charged to the modelled host clock by the host cost model
+(``Runtime.charge_host_work``): never free, never wall time. See docs/host_fallback.md.
 """
 from __future__ import annotations
 
 import warnings
 
 import torch
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
+import runtime
 from torch_plugin.ops import registry
 
 _warned: set[str] = set()
 
+# Kinds of mutable argument the fallback writes back.
+TENSOR = "Tensor"
+OPTIONAL_TENSOR = "Tensor?"
+TENSOR_LIST = "Tensor[]"
+OPTIONAL_TENSOR_LIST = "Tensor?[]"
+_LIST_KINDS = (TENSOR_LIST, OPTIONAL_TENSOR_LIST)
+
 
 class HostFallbackDisabled(RuntimeError):
     pass
+
+
+class UnsupportedMutableArgument(RuntimeError):
+    """A mutable argument the host fallback could not write back (so the op must not run)."""
+
+
+def _is_tensor_type(t) -> bool:
+    return isinstance(t, torch._C.TensorType)
+
+
+def _is_optional_tensor_type(t) -> bool:
+    return isinstance(t, torch._C.OptionalType) and _is_tensor_type(t.getElementType())
+
+
+def _kind(t) -> str | None:
+    if _is_tensor_type(t):
+        return TENSOR
+    if _is_optional_tensor_type(t):
+        return OPTIONAL_TENSOR
+    if isinstance(t, torch._C.ListType):
+        element = t.getElementType()
+        if _is_tensor_type(element):
+            return TENSOR_LIST
+        if _is_optional_tensor_type(element):
+            return OPTIONAL_TENSOR_LIST
+    return None
+
+
+def _op_name(schema) -> str:
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+def mutable_arguments(schema) -> list[tuple[int, str, str]]:
+    """(position, name, kind) of every argument ``schema`` writes (``alias_info.is_write``).
+
+    kind is TENSOR, OPTIONAL_TENSOR, TENSOR_LIST or OPTIONAL_TENSOR_LIST. Any other mutable
+    argument (a Generator, a list of ints, a dict...) raises UnsupportedMutableArgument naming
+    the op and the argument: the fallback could not write it back.
+    """
+    found = []
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is None or not arg.alias_info.is_write:
+            continue
+        kind = _kind(arg.type)
+        if kind is None:
+            raise UnsupportedMutableArgument(
+                f"{_op_name(schema)} has no emu kernel, and the host fallback cannot run it: its argument "
+                f"'{arg.name}' is a mutable {arg.type}, and the fallback writes back only Tensor, Tensor?, "
+                f"Tensor[] and Tensor?[] arguments (the write would be lost)")
+        found.append((i, arg.name, kind))
+    return found
+
+
+def aliased_returns(schema) -> dict[int, int]:
+    """{return index: position of the mutated argument it is} for returns like ``Tensor(a!)``
+    (in-place and out= ops): the fallback returns the caller's original for them."""
+    alias_sets = {}
+    for i, arg in enumerate(schema.arguments):
+        if arg.alias_info is not None and arg.alias_info.is_write:
+            for alias in arg.alias_info.before_set:
+                alias_sets[alias] = i
+    found = {}
+    for j, ret in enumerate(schema.returns):
+        if ret.alias_info is not None and ret.alias_info.is_write:
+            for alias in ret.alias_info.before_set:
+                if alias in alias_sets:
+                    found[j] = alias_sets[alias]
+    return found
+
+
+_plans: dict = {}  # op -> (mutable_arguments, aliased_returns)
+
+
+def _plan(op, schema):
+    plan = _plans.get(op)
+    if plan is None:
+        plan = _plans[op] = (mutable_arguments(schema), aliased_returns(schema))
+    return plan
+
+
+def _argument(schema, i, args, kwargs):
+    arg = schema.arguments[i]
+    if not arg.kwarg_only and i < len(args):
+        return args[i]
+    return kwargs.get(arg.name)
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _distinct_tensors(tree) -> list:
+    seen, out = set(), []
+    for leaf in tree_leaves(tree):
+        if isinstance(leaf, torch.Tensor) and id(leaf) not in seen:
+            seen.add(id(leaf))
+            out.append(leaf)
+    return out
 
 
 def _device_of(args, kwargs):
@@ -36,6 +154,7 @@ def run_on_host(op, *args, **kwargs):
     if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
         raise RuntimeError(f"{name} returns a view of its input; it has no emu kernel and a view "
                            f"cannot be emulated through the host fallback")
+    mutable, aliased_returns = _plan(op, schema)  # rejects a write it could not carry back
     if not registry.host_fallback_allowed():
         raise HostFallbackDisabled(f"{name} has no emu kernel and host fallback is disabled "
                                    f"(torch.emu.set_host_fallback(True) to allow it)")
@@ -45,30 +164,66 @@ def run_on_host(op, *args, **kwargs):
         warnings.warn(f"{name} has no emu kernel: it ran on the host (counted in torch.emu.op_stats())",
                       stacklevel=3)
     device = _device_of(args, kwargs)
-    to_host = lambda x: x.cpu() if isinstance(x, torch.Tensor) and x.device.type == "emu" else x  # noqa: E731
-    cpu_args, cpu_kwargs = tree_map(to_host, args), tree_map(to_host, kwargs)
-    with torch.device("cpu"):
-        result = op(*cpu_args, **cpu_kwargs)
+    host_of = {}  # id(emu tensor) -> its host copy: one copy per tensor, so aliasing survives
 
-    # Write mutated arguments back to their emu originals.
-    mutated = {}
-    for i, arg in enumerate(schema.arguments):
-        if arg.alias_info is not None and arg.alias_info.is_write:
-            original = kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else args[i]
-            host = cpu_kwargs.get(arg.name) if arg.kwarg_only or i >= len(args) else cpu_args[i]
-            if isinstance(original, torch.Tensor) and original.device.type == "emu":
-                if original.shape != host.shape:
-                    original.resize_(host.shape)
-                original.copy_(host)
-                mutated[id(host)] = original
-
-    def to_device(x):
-        if isinstance(x, torch.Tensor):
-            if id(x) in mutated:
-                return mutated[id(x)]
-            return x.to(device)
+    def to_host(x):
+        if isinstance(x, torch.Tensor) and x.device.type == "emu":
+            host = host_of.get(id(x))
+            if host is None:
+                host = host_of[id(x)] = x.cpu()
+            return host
         return x
-    result = tree_map(to_device, result)
+    with registry.in_host_fallback():
+        cpu_args, cpu_kwargs = tree_map(to_host, args), tree_map(to_host, kwargs)
+    inputs = _distinct_tensors((cpu_args, cpu_kwargs))
+    input_bytes = _nbytes(inputs)
+    with torch.device("cpu"):
+        if getattr(op, "overloadpacket", None) in flop_registry:  # mm, bmm, conv, attention...
+            with FlopCounterMode(display=False) as counter:
+                result = op(*cpu_args, **cpu_kwargs)
+            flops = counter.get_total_flops()
+        else:
+            result = op(*cpu_args, **cpu_kwargs)
+            flops = None
+
+    # Pairs (emu original, host copy) of every mutated emu tensor, each once.
+    written = {}
+    for i, _, kind in mutable:
+        original = _argument(schema, i, args, kwargs)
+        host = _argument(schema, i, cpu_args, cpu_kwargs)
+        pairs = zip(original, host) if kind in _LIST_KINDS and original is not None else [(original, host)]
+        for o, h in pairs:
+            if isinstance(o, torch.Tensor) and o.device.type == "emu":
+                written[id(o)] = (o, h)
+
+    # Charge the CPU work to the modelled host clock (the host cost model, never wall time).
+    outputs = _distinct_tensors((result, [h for _, h in written.values()]))
+    if flops is None:
+        flops = sum(t.numel() for t in outputs)  # one flop per output element
+    runtime.get_runtime().charge_host_work(flops, input_bytes + _nbytes(outputs))
+
+    with registry.in_host_fallback():
+        mutated = {}
+        for original, host in written.values():
+            if original.shape != host.shape:
+                original.resize_(host.shape)
+            original.copy_(host)
+            mutated[id(host)] = original
+
+        def to_device(x):
+            if isinstance(x, torch.Tensor):
+                if id(x) in mutated:
+                    return mutated[id(x)]
+                return x.to(device)
+            return x
+        if len(schema.returns) == 1:
+            if 0 in aliased_returns:
+                result = _argument(schema, aliased_returns[0], args, kwargs)
+            else:
+                result = tree_map(to_device, result)
+        elif schema.returns:
+            result = tuple(_argument(schema, aliased_returns[j], args, kwargs) if j in aliased_returns
+                           else tree_map(to_device, r) for j, r in enumerate(result))
     registry.mark_fell_back()
     return result
 

@@ -6,6 +6,7 @@ resize_, set_) are registered by the C++ core.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 
@@ -13,11 +14,16 @@ import torch
 
 NATIVE = "native"
 HOST_FALLBACK = "host_fallback"
-_counts: dict[str, Counter] = {NATIVE: Counter(), HOST_FALLBACK: Counter()}
+# Device ops the host fallback itself runs (its operand and result copies, aten::_copy_from):
+# they belong to the fallback's path, not to "native".
+HOST_FALLBACK_COPIES = "host_fallback_copies"
+_counts: dict[str, Counter] = {NATIVE: Counter(), HOST_FALLBACK: Counter(), HOST_FALLBACK_COPIES: Counter()}
 _counts_lock = threading.Lock()
 _fallback_allowed = True
 _libraries = []  # keep Library objects alive, or their registrations vanish
-_local = threading.local()  # .fell_back: the running native kernel handed its op to the host
+# .fell_back: the running native kernel handed its op to the host;
+# .in_fallback: the host fallback is copying operands or results (see in_host_fallback()).
+_local = threading.local()
 
 
 def count(op: str, path: str) -> None:
@@ -40,6 +46,18 @@ def mark_fell_back() -> None:
     _local.fell_back = True
 
 
+@contextlib.contextmanager
+def in_host_fallback():
+    """Native kernels run inside this block are the host fallback's copies: they are counted
+    under op_stats()["host_fallback_copies"], not "native" (thread-local, nests)."""
+    saved = getattr(_local, "in_fallback", False)
+    _local.in_fallback = True
+    try:
+        yield
+    finally:
+        _local.in_fallback = saved
+
+
 def host_fallback_allowed() -> bool:
     return _fallback_allowed
 
@@ -55,6 +73,7 @@ def _native(name: str, fn):
     from torch_plugin.errors import translate
     op = f"aten::{name}"
     native = _counts[NATIVE]
+    copies = _counts[HOST_FALLBACK_COPIES]
 
     # One flat wrapper (it runs on every op: each frame costs). Exactly one path is counted
     # per op instance: a kernel that hands its op to the host fallback is not counted native.
@@ -68,8 +87,10 @@ def _native(name: str, fn):
         finally:
             fell_back, _local.fell_back = _local.fell_back, saved
         if not fell_back:
+            # The one extra attribute read of the hot path: is the host fallback copying?
+            counter = copies if getattr(_local, "in_fallback", False) else native
             with _counts_lock:
-                native[op] += 1
+                counter[op] += 1
         return result
     kernel.__name__ = f"emu_{name.replace('.', '_')}"
     return kernel

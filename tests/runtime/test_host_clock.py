@@ -1,0 +1,61 @@
+"""Modelled host time of host work (runtime/host_clock.py, Runtime.charge_host_work).
+
+The cost model: overhead_ns + max(flops / flops_per_s, nbytes / memory_bandwidth_gb_per_s),
+hand-computed below (GB/s is bytes per ns).
+"""
+import pytest
+
+from emulator import config as C
+from emulator.errors import ConfigError
+from runtime.host_clock import HostClock
+from runtime.report import format_report
+
+
+def test_host_work_cost_is_overhead_plus_the_slower_of_compute_and_memory():
+    clock = HostClock(api_call_ns=7.0, flops_per_s=1e9, memory_bandwidth_gb_per_s=2.0, overhead_ns=100.0)
+    # memory-bound: 1000 flops = 1000 ns at 1 GFLOP/s; 4000 B = 2000 ns at 2 GB/s
+    assert clock.charge_host_work(1000, 4000) == 100.0 + 2000.0
+    # compute-bound: 10_000 flops = 10_000 ns; 0 bytes
+    assert clock.charge_host_work(10_000, 0) == 100.0 + 10_000.0
+    # nothing to do still costs the overhead
+    assert clock.charge_host_work(0, 0) == 100.0
+    assert clock.host_work_calls == 3
+    assert clock.host_work_ns == 2100.0 + 10_100.0 + 100.0
+    assert clock.now_ns == clock.host_work_ns
+    assert clock.api_calls == 0  # host work is not a runtime API call
+
+
+def test_host_work_moves_the_clock_after_a_wait():
+    clock = HostClock(api_call_ns=0.0, flops_per_s=1e9, memory_bandwidth_gb_per_s=1.0, overhead_ns=0.0)
+    clock.wait_until(500.0)
+    clock.charge_host_work(0, 250)
+    assert clock.now_ns == 750.0 and clock.waited_ns == 500.0 and clock.host_work_ns == 250.0
+
+
+def test_runtime_charges_host_work_with_the_configured_host(rt):
+    host = rt.config.host
+    assert (host.flops_per_s, host.memory_bandwidth_gb_per_s, host.fallback_overhead_ns) == (100e9, 20.0, 5000.0)
+    before, calls = rt.clock.now_ns, rt.clock.api_calls
+    # 1e6 flops at 100 GFLOP/s = 10_000 ns; 1e6 B at 20 GB/s = 50_000 ns; + 5000 ns overhead
+    assert rt.charge_host_work(1e6, 1e6) == 55_000.0
+    # 1e9 flops = 10_000_000 ns; 2000 B = 100 ns
+    assert rt.charge_host_work(1e9, 2000) == 5000.0 + 10_000_000.0
+    assert rt.clock.now_ns - before == 55_000.0 + 10_005_000.0
+    assert rt.clock.host_work_calls == 2 and rt.clock.api_calls == calls
+
+
+def test_report_shows_host_fallback_time(rt):
+    assert "host fallback" not in format_report(rt)
+    rt.charge_host_work(1e6, 1e6)
+    (line,) = [l for l in format_report(rt).splitlines() if "host fallback:" in l]
+    assert "1 ops, 55.0 us of modelled host time" in line
+
+
+def test_host_cost_fields_are_validated():
+    with pytest.raises(ConfigError, match="flops_per_s"):
+        C.HostConfig(flops_per_s=0.0)
+    with pytest.raises(ConfigError, match="memory_bandwidth_gb_per_s"):
+        C.HostConfig(memory_bandwidth_gb_per_s=0.0)
+    with pytest.raises(ConfigError, match="fallback_overhead_ns"):
+        C.HostConfig(fallback_overhead_ns=-1.0)
+    assert C.from_dict({"host": {"flops_per_s": 1e12}}).host.flops_per_s == 1e12
