@@ -1,7 +1,8 @@
 """Driver statuses and the error that carries them.
 
 A ``DriverError`` has a ``status`` and, for device faults, the firmware's
-``ErrorRecord``; the runtime chains its own errors to it.
+``ErrorRecord`` (for an emulator bug, its ``InternalErrorRecord``); the runtime
+chains its own errors to it.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ class DriverStatus(IntEnum):
     DEADLOCK = 7            # a wait no queued command can satisfy
     NOT_INITIALIZED = 8
     INVALID_CONFIGURATION = 9  # the hardware description names a bad field
+    INTERNAL_ERROR = 10     # the emulator hit a bug executing a command (not a device fault; not sticky)
 
 
 class DriverError(Exception):
@@ -38,3 +40,14 @@ class FirmwareRecordError(DriverError):
                          f" on device {record.device} ring {record.ring} command {record.seq} "
                          f"in {record.unit}" + (f" at 0x{record.address:x}" if record.address is not None else "")
                          + f" (t={record.sim_time_ns:.0f} ns): {record.detail}", record=record)
+
+
+class InternalErrorRecordError(DriverError):
+    """The firmware's report of an emulator bug (an ``InternalErrorRecord``), decoded. Raised once,
+    at the next synchronising driver call; the context is not faulted."""
+
+    def __init__(self, record):
+        super().__init__(DriverStatus.INTERNAL_ERROR,
+                         f"internal emulator error on device {record.device} ring {record.ring} command "
+                         f"{record.seq} in {record.unit} (t={record.sim_time_ns:.0f} ns): {record.detail}",
+                         record=record)

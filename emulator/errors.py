@@ -6,6 +6,8 @@ Three kinds are kept apart (the gem5 habit of panic vs fatal):
 - ``HardwareFault``: the emulated hardware hit a fault (page fault, bus error,
   ECC error, ...). It carries a ``FaultRecord`` that firmware turns into an error
   record and that the upper layers chain into their own exceptions.
+``KernelArgumentError`` (a kernel rejected its arguments) is a device fault too;
+any other exception raised while the firmware executes a command is an emulator bug.
 """
 from __future__ import annotations
 
@@ -18,6 +20,14 @@ class EmulatorError(Exception):
 
 class EmulatorBug(EmulatorError):
     """The emulator reached a state its model says is impossible."""
+
+
+class KernelArgumentError(EmulatorError, ValueError):
+    """A kernel rejected its launch arguments or operands (e.g. an out-of-range class index).
+
+    Unlike any other exception raised while a kernel runs (an emulator bug), the firmware
+    reports it as a ``KERNEL_FAULT`` error record: a sticky fault of the launching context.
+    """
 
 
 class ConfigError(EmulatorError, ValueError):

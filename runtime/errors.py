@@ -3,6 +3,7 @@
 Scopes say what an error poisons:
 - OPERATION: bad argument, out of memory; nothing else is affected.
 - STREAM: a wait that can never complete on a stream.
+- (an emulator bug is OPERATION scope, code INTERNAL: it poisons nothing.)
 - CONTEXT: a page fault or kernel fault; sticky, every later call on that
   device's context fails the same way until ``recover``.
 - DEVICE: the device needs a reset (uncorrectable ECC, lost heartbeat).
@@ -35,6 +36,7 @@ class ErrorCode(IntEnum):
     ILLEGAL_ADDRESS = 700        # MMU page fault
     KERNEL_FAULT = 701
     DEADLOCK = 702
+    INTERNAL = 999               # a bug in the emulator itself (cudaErrorUnknown's slot)
 
 
 class EmuError(Exception):
@@ -82,3 +84,17 @@ class DeviceFaultError(EmuError):
 class StreamError(EmuError):
     scope = Scope.STREAM
     code = ErrorCode.DEADLOCK
+
+
+class EmulatorBugError(EmuError):
+    """The emulator hit a bug while executing queued work: not a device fault, not the user's
+    error. Operation scope, never sticky: the device stays usable. ``traceback`` is the text of
+    the original traceback (from the firmware's internal-error record)."""
+    code = ErrorCode.INTERNAL
+    scope = Scope.OPERATION
+
+    def __init__(self, message: str, traceback: str = ""):
+        self.traceback = traceback
+        super().__init__(message)
+        if traceback:  # after the error code and scope, so the traceback reads as it was printed
+            self.args = (f"{self.args[0]}\nOriginal traceback (please report it):\n{traceback.rstrip()}",)

@@ -7,6 +7,8 @@
   error holding the firmware's error record.
 - an invalid device index -> ``EmuAcceleratorError`` with code INVALID_DEVICE
   (also a ``RuntimeError``, like CUDA's invalid device ordinal).
+- a bug in the emulator itself (``runtime.errors.EmulatorBugError``) ->
+  ``EmuInternalError``, a ``RuntimeError`` that says so; never sticky.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import functools
 import torch
 
 import runtime
+from runtime.errors import EmulatorBugError
 
 
 class EmuAcceleratorError(torch.AcceleratorError):
@@ -24,9 +27,22 @@ class EmuAcceleratorError(torch.AcceleratorError):
         self.scope = scope
 
 
+class EmuInternalError(RuntimeError):
+    """A bug in the emu emulator (not a device fault, not the program's error). The device stays
+    usable; ``__cause__`` is the runtime's ``EmulatorBugError``, whose ``traceback`` is the original one."""
+
+    def __init__(self, message: str, error_code: int, scope: str):
+        super().__init__(message)
+        self.error_code = error_code
+        self.scope = scope
+
+
 def translate(err: runtime.EmuError) -> Exception:
     if isinstance(err, runtime.OutOfMemoryError):
         return torch.OutOfMemoryError(str(err))
+    if isinstance(err, EmulatorBugError):
+        return EmuInternalError(f"internal error in the emu emulator (a bug, not a fault of your program): {err}",
+                                int(err.code), err.scope.value)
     return EmuAcceleratorError(str(err), int(err.code), err.scope.value)
 
 

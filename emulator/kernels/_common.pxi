@@ -19,6 +19,10 @@
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr_t
 from libc.string cimport memcpy, memmove, memset
 
+# A kernel that rejects its arguments raises this (the firmware reports a KERNEL_FAULT);
+# anything else a kernel raises is reported as an emulator bug.
+from emulator.errors import KernelArgumentError
+
 cdef extern from *:
     """
     #include <string.h>
@@ -151,16 +155,16 @@ cdef inline bint is_floating(int dt) noexcept nogil:
 
 
 cdef int check_dtype(object dt, str what) except -1:
-    """Return the dtype code as a C int; ValueError for anything unknown."""
+    """Return the dtype code as a C int; KernelArgumentError (a ValueError) for anything unknown."""
     if isinstance(dt, bool) or not hasattr(dt, "__index__") or not (0 <= dt.__index__() < NUM_DTYPES):
-        raise ValueError(f"{what}: unknown dtype code {dt!r} (expected 0..9)")
+        raise KernelArgumentError(f"{what}: unknown dtype code {dt!r} (expected 0..9)")
     return dt.__index__()
 
 
 cdef char* as_ptr(object addr, str what) except NULL:
     """Host pointer from a Python int; only called when elements will be touched."""
     if isinstance(addr, bool) or not hasattr(addr, "__index__") or not (0 < addr.__index__() < 2**64):
-        raise ValueError(f"{what}: invalid address {addr!r}")
+        raise KernelArgumentError(f"{what}: invalid address {addr!r}")
     return <char*><uintptr_t>(<uint64_t>addr.__index__())
 
 
@@ -296,13 +300,13 @@ cdef int iter_init(NdIter* it, object shape, list strides, list itemsizes, str w
     shape = tuple(shape)
     ndim = len(shape)
     if ndim > MAX_RANK:
-        raise ValueError(f"{what}: rank {ndim} exceeds the maximum of {MAX_RANK}")
+        raise KernelArgumentError(f"{what}: rank {ndim} exceeds the maximum of {MAX_RANK}")
     for k in range(nops):
         if len(strides[k]) != ndim:
-            raise ValueError(f"{what}: strides {tuple(strides[k])!r} do not match shape {shape!r}")
+            raise KernelArgumentError(f"{what}: strides {tuple(strides[k])!r} do not match shape {shape!r}")
     for d in range(ndim):
         if shape[d] < 0:
-            raise ValueError(f"{what}: negative extent in shape {shape!r}")
+            raise KernelArgumentError(f"{what}: negative extent in shape {shape!r}")
         size *= shape[d]
     it.nops = nops
     it.size = size

@@ -157,7 +157,7 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
     cdef double dalpha = 1
     cdef int64_t ialpha = 1
     if op not in _BINARY_OPS:
-        raise ValueError(f"binary: unknown op {op!r} (expected one of {BINARY_OPS})")
+        raise KernelArgumentError(f"binary: unknown op {op!r} (expected one of {BINARY_OPS})")
     code = _BINARY_OPS[op]
     odt = check_dtype(out_dtype, "binary out_dtype")
     adt = check_dtype(a_dtype, "binary a_dtype")
@@ -166,16 +166,16 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
 
     if cdt == DT_BOOL:
         if code == OP_SUB:
-            raise ValueError("binary: subtraction of bool tensors is not supported (use logical_xor)")
+            raise KernelArgumentError("binary: subtraction of bool tensors is not supported (use logical_xor)")
         if code == OP_DIV:
-            raise ValueError("binary: div needs a floating compute dtype, got bool")
+            raise KernelArgumentError("binary: div needs a floating compute dtype, got bool")
         # Bool values are computed as 0.0/1.0 doubles: or = max, and = min.
         code = OP_MAX if code == OP_ADD or code == OP_MAX else OP_MIN
     elif not is_floating(cdt):
         if code == OP_DIV:
-            raise ValueError(f"binary: div needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
+            raise KernelArgumentError(f"binary: div needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
         if isinstance(alpha, float) or not hasattr(alpha, "__index__"):
-            raise ValueError("binary: for integral compute, alpha must be an integer")
+            raise KernelArgumentError("binary: for integral compute, alpha must be an integer")
         ialpha = <int64_t>(<uint64_t>(int(alpha) & 0xFFFFFFFFFFFFFFFF))
         if code == OP_SUB:
             ialpha = <int64_t>(0 - <uint64_t>ialpha)
@@ -356,15 +356,15 @@ def unary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, shap
     cdef double dx[BLOCK]
     cdef int64_t ix[BLOCK]
     if op not in _UNARY_OPS:
-        raise ValueError(f"unary: unknown op {op!r} (expected one of {UNARY_OPS})")
+        raise KernelArgumentError(f"unary: unknown op {op!r} (expected one of {UNARY_OPS})")
     code = _UNARY_OPS[op]
     odt = check_dtype(out_dtype, "unary out_dtype")
     adt = check_dtype(a_dtype, "unary a_dtype")
     cdt = check_dtype(compute_dtype, "unary compute_dtype")
     if cdt == DT_BOOL:
-        raise ValueError(f"unary: {op} is not supported for bool tensors")
+        raise KernelArgumentError(f"unary: {op} is not supported for bool tensors")
     if not is_floating(cdt) and code not in _INTEGER_UNARY:
-        raise ValueError(f"unary: {op} needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
+        raise KernelArgumentError(f"unary: {op} needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
 
     iter_init(&it, shape, [out_strides, a_strides], [itemsize_of(odt), itemsize_of(adt)], "unary")
     if it.size == 0:
@@ -440,13 +440,13 @@ def threshold_backward(out_addr, out_dtype, out_strides, grad_addr, grad_dtype, 
     xdt = check_dtype(x_dtype, "threshold_backward x_dtype")
     cdt = check_dtype(compute_dtype, "threshold_backward compute_dtype")
     if cdt == DT_BOOL:
-        raise ValueError("threshold_backward: not supported for bool tensors")
+        raise KernelArgumentError("threshold_backward: not supported for bool tensors")
     if is_floating(cdt):
         dthr = float(threshold)
         fthr = <float>dthr
     else:
         if isinstance(threshold, float) or not hasattr(threshold, "__index__"):
-            raise ValueError("threshold_backward: for integral compute, threshold must be an integer")
+            raise KernelArgumentError("threshold_backward: for integral compute, threshold must be an integer")
         ithr = threshold
     iter_init(&it, shape, [out_strides, grad_strides, x_strides],
               [itemsize_of(odt), itemsize_of(gdt), itemsize_of(xdt)], "threshold_backward")

@@ -174,7 +174,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
 cdef tuple _strides2(object s, Py_ssize_t isz, str what):
     s = tuple(s)
     if len(s) != 2:
-        raise ValueError(f"matmul: {what} must have 2 entries, got {s!r}")
+        raise KernelArgumentError(f"matmul: {what} must have 2 entries, got {s!r}")
     return (<Py_ssize_t>s[0] * isz, <Py_ssize_t>s[1] * isz)
 
 
@@ -199,10 +199,10 @@ def matmul(out_addr, out_dtype, out_strides2, a_addr, a_dtype, a_strides2,
     cdef double dbeta = float(beta), dalpha = float(alpha)
     if not (is_floating(odt) and is_floating(adt) and is_floating(bdt)) or \
             (dbeta != 0 and not is_floating(cdt)):
-        raise ValueError(_INT_ERROR)
+        raise KernelArgumentError(_INT_ERROR)
     for v, name in ((M, "M"), (N, "N"), (K, "K")):
         if not hasattr(v, "__index__") or not (0 <= v < 2**31):
-            raise ValueError(f"matmul: {name} must be an int in [0, 2**31), got {v!r}")
+            raise KernelArgumentError(f"matmul: {name} must be an int in [0, 2**31), got {v!r}")
     m, n, k = M, N, K
     os0, os1 = _strides2(out_strides2, itemsize_of(odt), "out_strides2")
     as0, as1 = _strides2(a_strides2, itemsize_of(adt), "a_strides2")

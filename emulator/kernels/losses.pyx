@@ -13,7 +13,7 @@ Numerics, as PyTorch CPU:
   * mean divides the rounded loss by the rounded total weight (in float32, float64 for
     float64); an all-ignored batch gives 0 / 0 = NaN like CPU;
   * a target equal to ``ignore_index`` contributes nothing; any other target outside [0, C)
-    raises IndexError("Target T is out of bounds.") inside the kernel, which the firmware
+    raises KernelArgumentError("Target T is out of bounds.") inside the kernel, which the firmware
     turns into a KERNEL_FAULT (sticky for the context, reported at the next sync).
 """
 
@@ -61,7 +61,7 @@ def nll_loss_forward(out_addr, out_dtype, out_stride, tw_addr, tw_dtype,
     cdef double loss = 0, wsum = 0, wv, x, lr, twr
     cdef int64_t count = 0
     if m not in (0, 1, 2) or n < 0 or c < 0:
-        raise ValueError(f"nll_loss: bad mode/shape {mode!r} {N!r} {C!r}")
+        raise KernelArgumentError(f"nll_loss: bad mode/shape {mode!r} {N!r} {C!r}")
     out = as_ptr(out_addr, "nll_loss out_addr")
     inp = as_ptr(in_addr, "nll_loss in_addr") if n else NULL
     tgt = as_ptr(tgt_addr, "nll_loss tgt_addr") if n else NULL
@@ -97,7 +97,7 @@ def nll_loss_forward(out_addr, out_dtype, out_stride, tw_addr, tw_dtype,
                 _st(out, odt, lr)
                 _st(tw, twdt, twr)
     if has_bad:
-        raise IndexError(f"Target {bad} is out of bounds.")
+        raise KernelArgumentError(f"Target {bad} is out of bounds.")
 
 
 def nll_loss_backward(gi_addr, gi_dtype, gi_s0, gi_s1, go_addr, go_dtype, go_s0,
@@ -123,7 +123,7 @@ def nll_loss_backward(gi_addr, gi_dtype, gi_s0, gi_s1, go_addr, go_dtype, go_s0,
     cdef char* w = NULL
     cdef double g = 0, wv, v
     if m not in (0, 1, 2) or n < 0 or c < 0:
-        raise ValueError(f"nll_loss_backward: bad mode/shape {mode!r} {N!r} {C!r}")
+        raise KernelArgumentError(f"nll_loss_backward: bad mode/shape {mode!r} {N!r} {C!r}")
     if n == 0 or c == 0:
         return
     gi = as_ptr(gi_addr, "nll_loss_backward gi_addr")
@@ -154,4 +154,4 @@ def nll_loss_backward(gi_addr, gi_dtype, gi_s0, gi_s1, go_addr, go_dtype, go_s0,
                 v = wv * g
             _st(gi + i * s0 + t * s1, gidt, v)
     if has_bad:
-        raise IndexError(f"Target {bad} is out of bounds.")
+        raise KernelArgumentError(f"Target {bad} is out of bounds.")

@@ -171,9 +171,9 @@ cdef object _launch(Params* P, out_addr, out_strides, shape, seed, offset, str w
     cdef char* ptrs[2]
     cdef uint64_t seed64, j0
     if not hasattr(seed, "__index__") or not hasattr(offset, "__index__"):
-        raise ValueError(f"{what}: seed and offset must be integers")
+        raise KernelArgumentError(f"{what}: seed and offset must be integers")
     if offset < 0:
-        raise ValueError(f"{what}: offset must be >= 0, got {offset!r}")
+        raise KernelArgumentError(f"{what}: offset must be >= 0, got {offset!r}")
     seed64 = <uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF)
     j0 = <uint64_t>(int(offset) & 0xFFFFFFFFFFFFFFFF)
     if P.pdt >= 0:
@@ -229,10 +229,10 @@ def uniform(out_addr, out_dtype, out_strides, shape, seed, offset, low, high):
     cdef Params P
     P.odt = check_dtype(out_dtype, "uniform out_dtype")
     if not is_floating(P.odt):
-        raise ValueError("uniform: out_dtype must be a floating dtype")
+        raise KernelArgumentError("uniform: out_dtype must be a floating dtype")
     low, high = float(low), float(high)
     if not (_finite(low) and _finite(high) and low <= high and _finite(high - low)):
-        raise ValueError(f"uniform: need finite low <= high with a finite range, got [{low}, {high})")
+        raise KernelArgumentError(f"uniform: need finite low <= high with a finite range, got [{low}, {high})")
     P.kind = K_UNIFORM
     P.words = 2 if P.odt == DT_FLOAT64 else 1
     P.a, P.b = low, high
@@ -249,10 +249,10 @@ def normal(out_addr, out_dtype, out_strides, shape, seed, offset, mean, std):
     cdef Params P
     P.odt = check_dtype(out_dtype, "normal out_dtype")
     if not is_floating(P.odt):
-        raise ValueError("normal: out_dtype must be a floating dtype")
+        raise KernelArgumentError("normal: out_dtype must be a floating dtype")
     mean, std = float(mean), float(std)
     if not (_finite(mean) and _finite(std) and std >= 0):
-        raise ValueError(f"normal: need finite mean and std >= 0, got mean={mean}, std={std}")
+        raise KernelArgumentError(f"normal: need finite mean and std >= 0, got mean={mean}, std={std}")
     P.kind = K_NORMAL
     P.words = 4 if P.odt == DT_FLOAT64 else 2
     P.a, P.b = mean, std
@@ -265,10 +265,10 @@ def randint(out_addr, out_dtype, out_strides, shape, seed, offset, low, high):
     cdef Params P
     P.odt = check_dtype(out_dtype, "randint out_dtype")
     if not (hasattr(low, "__index__") and hasattr(high, "__index__")):
-        raise ValueError("randint: low and high must be integers")
+        raise KernelArgumentError("randint: low and high must be integers")
     low, high = int(low), int(high)
     if not (-2**63 <= low < high <= 2**63):
-        raise ValueError(f"randint: need -2**63 <= low < high <= 2**63, got [{low}, {high})")
+        raise KernelArgumentError(f"randint: need -2**63 <= low < high <= 2**63, got [{low}, {high})")
     P.kind = K_RANDINT
     P.range_ = <uint64_t>((high - low) & 0xFFFFFFFFFFFFFFFF)    # 2**64 -> 0
     P.words = 1 if high - low <= 2**32 else 2
@@ -290,12 +290,12 @@ def bernoulli(out_addr, out_dtype, out_strides, shape, seed, offset,
     if p_addr:
         P.pdt = check_dtype(p_dtype, "bernoulli p_dtype")
         if not is_floating(P.pdt):
-            raise ValueError("bernoulli: p tensor must have a floating dtype")
+            raise KernelArgumentError("bernoulli: p tensor must have a floating dtype")
     else:
         P.pdt = -1
         P.a = float(p_scalar)
         if not (0.0 <= P.a <= 1.0):
-            raise ValueError(f"bernoulli: p must be in [0, 1], got {p_scalar!r}")
+            raise KernelArgumentError(f"bernoulli: p must be in [0, 1], got {p_scalar!r}")
     return _launch(&P, out_addr, out_strides, shape, seed, offset, "bernoulli", p_addr, p_strides)
 
 
@@ -306,7 +306,7 @@ def philox4x32(counter, key):
     cdef uint32_t out[4]
     counter, key = tuple(counter), tuple(key)
     if len(counter) != 4 or len(key) != 2:
-        raise ValueError("philox4x32: need 4 counter words and 2 key words")
+        raise KernelArgumentError("philox4x32: need 4 counter words and 2 key words")
     for i in range(4):
         ctr[i] = <uint32_t>(int(counter[i]) & 0xFFFFFFFF)
     philox4x32_10(ctr, <uint32_t>(int(key[0]) & 0xFFFFFFFF), <uint32_t>(int(key[1]) & 0xFFFFFFFF), out)

@@ -119,15 +119,15 @@ def reduce_sum(out_addr, out_dtype, out_strides, in_addr, in_dtype, in_strides, 
     shape = tuple(shape)
     nd = len(shape)
     if len(in_strides) != nd or len(out_strides) != nd:
-        raise ValueError(f"sum: strides {tuple(in_strides)!r} / {tuple(out_strides)!r} do not match shape {shape!r}")
+        raise KernelArgumentError(f"sum: strides {tuple(in_strides)!r} / {tuple(out_strides)!r} do not match shape {shape!r}")
     reduced = set()
     for d in dims:
         if isinstance(d, bool) or not hasattr(d, "__index__") or not (0 <= d < nd) or d in reduced:
-            raise ValueError(f"sum: invalid or repeated dim {d!r} for rank {nd}")
+            raise KernelArgumentError(f"sum: invalid or repeated dim {d!r} for rank {nd}")
         reduced.add(int(d))
     for d in range(nd):
         if shape[d] < 0:
-            raise ValueError(f"sum: negative extent in shape {shape!r}")
+            raise KernelArgumentError(f"sum: negative extent in shape {shape!r}")
     out_shape = tuple(1 if d in reduced else shape[d] for d in range(nd))
     for d in range(nd):
         n_out *= out_shape[d]

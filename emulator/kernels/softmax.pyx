@@ -91,10 +91,10 @@ cdef tuple _outer(object shape, int dim, list strides_list):
 cdef int _check(object shape, int dim, list strides_list, str what) except -1:
     nd = len(shape)
     if not (0 <= dim < nd):
-        raise ValueError(f"{what}: dim {dim} out of range for rank {nd}")
+        raise KernelArgumentError(f"{what}: dim {dim} out of range for rank {nd}")
     for st in strides_list:
         if len(st) != nd:
-            raise ValueError(f"{what}: strides {tuple(st)!r} do not match shape {tuple(shape)!r}")
+            raise KernelArgumentError(f"{what}: strides {tuple(st)!r} do not match shape {tuple(shape)!r}")
     return 0
 
 
@@ -111,7 +111,7 @@ def log_softmax(out_addr, out_dtype, out_strides, in_addr, in_dtype, in_strides,
     shape = tuple(shape)
     _check(shape, d, [out_strides, in_strides], "log_softmax")
     if not is_floating(odt) or not is_floating(idt):
-        raise ValueError("log_softmax: floating dtypes only")
+        raise KernelArgumentError("log_softmax: floating dtypes only")
     L = shape[d]
     outer_shape, outer_strides = _outer(shape, d, [out_strides, in_strides])
     iter_init(&it, outer_shape, outer_strides, [itemsize_of(odt), itemsize_of(idt)], "log_softmax")
@@ -151,7 +151,7 @@ def log_softmax_backward(gi_addr, gi_dtype, gi_strides, go_addr, go_dtype, go_st
     shape = tuple(shape)
     _check(shape, d, [gi_strides, go_strides, y_strides], "log_softmax_backward")
     if not (is_floating(gidt) and is_floating(godt) and is_floating(ydt)):
-        raise ValueError("log_softmax_backward: floating dtypes only")
+        raise KernelArgumentError("log_softmax_backward: floating dtypes only")
     L = shape[d]
     outer_shape, outer_strides = _outer(shape, d, [gi_strides, go_strides, y_strides])
     iter_init(&it, outer_shape, outer_strides, [itemsize_of(gidt), itemsize_of(godt), itemsize_of(ydt)],

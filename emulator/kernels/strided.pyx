@@ -127,7 +127,7 @@ cdef int encode_scalar(object value, int dt, char* elem, str what) except -1:
     dv = float(value)
     if not is_floating(dt):
         if dv != dv or dv in (float("inf"), float("-inf")):
-            raise ValueError(f"{what}: cannot store {value!r} in an integer dtype")
+            raise KernelArgumentError(f"{what}: cannot store {value!r} in an integer dtype")
         iv = <int64_t>(<uint64_t>(int(dv) & 0xFFFFFFFFFFFFFFFF))   # truncation toward zero
         store_block(&iv, 1, dt, elem, 0)
         return 0

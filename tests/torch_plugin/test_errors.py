@@ -299,3 +299,85 @@ def test_firmware_minor_version_difference_is_accepted():
     major = abi.ABI_MAJOR
     rt = runtime.Runtime(firmware_image=FirmwareImage.build(version=(major, 99, 0)))
     assert rt.device_count == 2
+
+
+# ------------------------------------------------------------------ emulator bugs, deadlocks
+def test_emulator_bug_is_an_internal_error_and_the_device_stays_usable(monkeypatch):
+    """A kernel that raises a plain Python exception is a bug in the emulator: an
+    ``EmuInternalError`` (a RuntimeError that says so), chained to the runtime's EmulatorBugError
+    and the DriverError holding the firmware's record; never sticky, no recover() needed."""
+    import dataclasses
+
+    from driver import DriverError, DriverStatus
+    from emulator.kernels.library import KERNELS
+    from torch_plugin.errors import EmuInternalError
+
+    keep = torch.arange(8, dtype=torch.float32, device="emu")
+    a = torch.full((3, 7), 2.0, device="emu")
+    b = torch.ones(3, 7, device="emu")
+    torch.emu.synchronize()
+    original = KERNELS["binary"]
+    armed = [True]
+
+    def bad(*args):
+        if armed[0]:
+            raise RuntimeError("boom")
+        return original.run(*args)  # the firmware may have cached this launch's decode
+
+    monkeypatch.setitem(KERNELS, "binary", dataclasses.replace(original, run=bad))
+    try:
+        with pytest.raises(EmuInternalError) as info:
+            (a + b).cpu()
+    finally:
+        armed[0] = False
+        monkeypatch.undo()
+    err = info.value
+    assert isinstance(err, RuntimeError) and not isinstance(err, torch.AcceleratorError)
+    message = str(err)
+    assert "internal error in the emu emulator (a bug, not a fault of your program)" in message
+    assert "RuntimeError: boom" in message and "Traceback" in message
+    chain = []
+    e = err
+    while e is not None:
+        chain.append(e)
+        e = e.__cause__
+    assert isinstance(chain[1], runtime.errors.EmulatorBugError)
+    assert chain[1].code == runtime.ErrorCode.INTERNAL and chain[1].scope == runtime.Scope.OPERATION
+    assert isinstance(chain[2], DriverError) and chain[2].status == DriverStatus.INTERNAL_ERROR
+    assert chain[2].record.detail == "RuntimeError: boom" and "in bad" in chain[2].record.traceback
+    assert err.error_code == int(runtime.ErrorCode.INTERNAL) and err.scope == "operation"
+    # Not sticky: the device works without torch.emu.recover(), other tensors keep their values.
+    assert (a + b).cpu().tolist() == [[3.0] * 7] * 3
+    assert keep.cpu().tolist() == [float(i) for i in range(8)]
+    torch.emu.synchronize()
+
+
+def test_a_stream_waiting_for_an_event_nothing_records_is_a_stream_error():
+    """A host wait that no queued work can satisfy is a user error (stream scope) naming the
+    stream and the fence, not an emulator bug."""
+    from emulator.errors import EmulatorBug
+
+    rt = runtime.get_runtime()
+    stream = rt.stream_create(0)
+    never = rt.event_create(0)
+    never.count = 1  # as if recorded, but nothing will ever signal it
+    rt.stream_wait_event(stream, never)
+    try:
+        with pytest.raises(runtime.StreamError) as info:
+            stream.synchronize()
+    finally:
+        rt.event_record(never, rt.stream(0))  # unblock the stream: later device syncs must work
+    stream.synchronize()
+    err = info.value
+    assert err.scope == runtime.Scope.STREAM
+    assert f"stream emu:0/{stream.stream_id}" in str(err)
+    assert f"semaphore {stream.semaphore} to reach 1 (it is at 0)" in str(err)
+    e = err
+    while e is not None:
+        assert not isinstance(e, EmulatorBug)
+        e = e.__cause__
+    from torch_plugin.errors import translate
+    as_torch = translate(err)
+    assert isinstance(as_torch, torch.AcceleratorError) and as_torch.scope == "stream"
+    assert (torch.ones(2, device="emu") * 3).cpu().tolist() == [3.0, 3.0]
+    torch.emu.synchronize()
