@@ -3,20 +3,24 @@
 It enumerates devices on the platform, loads firmware and checks its version,
 manages physical memory and per-context address spaces, owns submission rings
 and doorbells, services interrupts, validates everything user space hands it,
-and decodes firmware error records. All entry points are thread-safe: one lock
-(the platform's) serialises the driver and the simulation it advances.
+and decodes firmware error records. It reaches the devices only through the
+transport interface (firmware/transport.py: ring slots, doorbells, fence words,
+page tables, interrupts, waits), which returns plain values. All entry points are
+thread-safe: one lock serialises the driver and the device time it advances.
 """
 from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections import namedtuple
 from math import prod
 
-from driver.errors import DriverError, DriverStatus, FirmwareRecordError
+from driver.errors import DriverError, DriverStatus, FirmwareRecordError, InternalErrorRecordError
 from driver.firmware_loader import load_and_check
-from driver.memory_manager import VA_WINDOW, AddressSpace, PhysicalAllocator
-from firmware import ConfigError, Deadlock, FirmwareImage, Platform, abi, describe_description, load_description
+from driver.memory_manager import VA_WINDOW, AddressSpace, AddressSpaceExhausted, PhysicalAllocator
+from firmware import (ConfigError, FirmwareImage, HostTransport, Platform, WaitNeverSatisfied, abi,
+                      describe_description, load_description)
 
 log = logging.getLogger("seed.driver")
 
@@ -57,9 +61,12 @@ class Queue:
 
 
 class Driver:
-    def __init__(self, config, image: FirmwareImage | None = None, host_clock=None):
-        self.platform = Platform(config)
-        self.lock = self.platform.lock
+    def __init__(self, config, image: FirmwareImage | None = None, host_clock=None,
+                 transport: HostTransport | None = None):
+        # The emulated system is the transport unless a caller hands another one in.
+        self.transport = transport if transport is not None else Platform(config)
+        self._devices = list(self.transport.devices)
+        self.lock = threading.RLock()
         self.config = config
         self.host_clock = host_clock
         self._seq = itertools.count(1)
@@ -68,7 +75,7 @@ class Driver:
         self.firmware_versions = []
         self._contexts: dict[int, Context] = {}
         self._physical = []
-        for endpoint in self.platform.endpoints:
+        for endpoint in self._devices:
             self.firmware_versions.append(load_and_check(endpoint, image or FirmwareImage()))
             endpoint.connect_interrupts(self._interrupt_handler(endpoint.index))
             self._physical.append(PhysicalAllocator(endpoint.memory_bytes, endpoint.page_size))
@@ -79,21 +86,27 @@ class Driver:
     # -- discovery -------------------------------------------------------
     @property
     def device_count(self) -> int:
-        return len(self.platform.endpoints)
+        return len(self._devices)
 
     def _endpoint(self, device: int):
         if not isinstance(device, int) or not 0 <= device < self.device_count:
             raise DriverError(DriverStatus.INVALID_DEVICE,
                               f"device {device!r} does not exist; {self.device_count} devices "
                               f"(0..{self.device_count - 1})")
-        return self.platform.endpoints[device]
+        return self._devices[device]
 
     def device_properties(self, device: int):
         return self._endpoint(device).config
 
     @property
     def now_ns(self) -> float:
-        return self.platform.now_ns
+        return self.transport.now_ns()
+
+    def advance_to(self, t_ns: float) -> None:
+        """Lets the devices run up to host time ``t_ns`` (a query polls a device that runs
+        concurrently with the host)."""
+        with self.lock:
+            self.transport.advance_to(t_ns)
 
     # -- contexts and memory --------------------------------------------
     def open_context(self, device: int) -> Context:
@@ -111,13 +124,18 @@ class Driver:
         with self.lock:
             physical = self._physical[context.device]
             size = physical.round_up(nbytes)
+            try:
+                va = context.space.reserve(size)
+            except AddressSpaceExhausted as err:
+                raise DriverError(DriverStatus.OUT_OF_MEMORY, str(err), requested=size,
+                                  free=physical.free_bytes) from err
             pa = physical.allocate(size)
             if pa is None:
+                context.space.release(va, size)
                 raise DriverError(DriverStatus.OUT_OF_MEMORY,
                                   f"device {context.device}: cannot allocate {size} bytes "
                                   f"({physical.free_bytes} free, largest free block {physical.largest_free})",
                                   requested=size, free=physical.free_bytes)
-            va = context.space.reserve(size)
             self._endpoint(context.device).map_pages(context.asid, va, pa, size)
             context.space.mappings[va] = (pa, size)
             return va
@@ -128,6 +146,7 @@ class Driver:
             if mapping is None:
                 raise DriverError(DriverStatus.INVALID_HANDLE, f"0x{va:x} is not an allocation of this context")
             self._endpoint(context.device).unmap_pages(context.asid, va)
+            context.space.release(va, mapping[1])
             self._physical[context.device].release(*mapping)
 
     def memory_info(self, device: int) -> tuple[int, int]:
@@ -223,19 +242,18 @@ class Driver:
     def _submit(self, queue: Queue, command_type, opcode, *fields) -> int:
         """Builds ``command_type(opcode, seq, asid, *fields)`` and writes it to the queue's ring."""
         with self.lock:
-            endpoint = self.platform.endpoints[queue.device]
+            endpoint = self._devices[queue.device]
             seq = next(self._seq)
             command = command_type(opcode, seq, queue.context.asid, *fields)
             while not endpoint.submit(queue.ring_id, self._host_now(), command):
                 # Back-pressure: the host blocks until the firmware drained half the ring
                 # (one wake-up per half ring keeps the simulation batched).
                 half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
-                self.platform.run_until(endpoint.ring_space_event(queue.ring_id, half))
-                self._host_waited_until(self.platform.now_ns)
+                self._host_waited_until(endpoint.wait_ring_space(queue.ring_id, half))
             return seq
 
     def _host_now(self) -> float:
-        return self.host_clock.now_ns if self.host_clock is not None else self.platform.now_ns
+        return self.host_clock.now_ns if self.host_clock is not None else self.transport.now_ns()
 
     def _host_waited_until(self, t: float) -> None:
         if self.host_clock is not None:
@@ -245,34 +263,56 @@ class Driver:
     def semaphore_value(self, device: int, semaphore: int) -> int:
         return self._endpoint(device).semaphore_value(semaphore)
 
+    def semaphore_time_ns(self, device: int, semaphore: int) -> float:
+        """Device time of the semaphore's last signal."""
+        return self._endpoint(device).semaphore_time_ns(semaphore)
+
     def wait_semaphore(self, device: int, semaphore: int, value: int) -> float:
         """Blocks the host until the semaphore reaches ``value``; returns the device time it did."""
         with self.lock:
             endpoint = self._endpoint(device)
-            if endpoint.semaphore_value(semaphore) < value:
-                try:
-                    self.platform.run_until(endpoint.semaphore_event(semaphore, value))
-                except Deadlock as err:
-                    raise DriverError(DriverStatus.DEADLOCK,
-                                      f"device {device}: semaphore {semaphore} can never reach {value} "
-                                      f"(it is at {endpoint.semaphore_value(semaphore)}): {err}") from err
-            t = endpoint.semaphore_time_ns(semaphore)
+            try:
+                t = endpoint.wait_semaphore(semaphore, value)
+            except WaitNeverSatisfied as err:
+                raise DriverError(DriverStatus.DEADLOCK,
+                                  f"device {device}: semaphore {semaphore} can never reach {value} "
+                                  f"(it is at {endpoint.semaphore_value(semaphore)}): {err}") from err
             self._host_waited_until(t)
+            self._raise_internal_error()  # an emulator bug seen while the devices ran
             return t
 
     def _interrupt_handler(self, device: int):
+        if not hasattr(self, "_internal_errors"):
+            self._internal_errors: list = []  # InternalErrorRecords (of any device) not yet raised
+        pending = self._internal_errors
+
         def handle(vector, payload):
             self.interrupts += 1
             if vector == abi.Irq.ERROR:
                 context = self._contexts.get(payload.asid)
                 if context is not None and context.fault is None:
                     context.fault = FirmwareRecordError(payload)
+            elif vector == abi.Irq.INTERNAL_ERROR:  # an emulator bug: reported once, never sticky
+                pending.append(payload)
         return handle
 
+    def _raise_internal_error(self) -> None:
+        """Raises (once) the emulator bugs the firmware reported since the last call, as
+        ``DriverError(INTERNAL_ERROR)`` holding the first ``InternalErrorRecord`` (the others in
+        ``details["more"]``); then forgets them. Any device's: a bug is never left unreported."""
+        pending = getattr(self, "_internal_errors", None)
+        if pending:
+            records = list(pending)
+            pending.clear()
+            err = InternalErrorRecordError(records[0])
+            err.details["more"] = records[1:]
+            raise err
+
     def check_context(self, context: Context) -> None:
-        """Raises the context's sticky fault, if any."""
+        """Raises the context's sticky fault, if any, else (once) an emulator bug the firmware reported."""
         if context.fault is not None:
             raise context.fault
+        self._raise_internal_error()
 
     # -- recovery --------------------------------------------------------
     def recover(self, device: int, reason: str) -> dict:
@@ -281,12 +321,12 @@ class Driver:
             endpoint = self._endpoint(device)
             contexts = [c for c in self._contexts.values() if c.device == device]
             dump = {
-                "device": device, "reason": reason, "sim_time_ns": self.platform.now_ns,
+                "device": device, "reason": reason, "sim_time_ns": self.transport.now_ns(),
                 "faults": [c.fault.record._asdict() for c in contexts if c.fault is not None],
                 "memory_used": self._physical[device].used,
             }
             log.warning("recovering device %d: %s; state %s", device, reason, dump)
-            self.platform.system.run_all()
+            self.transport.drain()
             for context in contexts:
                 context.fault = None
                 endpoint.clear_context_fault(context.asid)

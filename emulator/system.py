@@ -14,11 +14,15 @@ from simpy.core import EmptySchedule
 from emulator.config import SystemConfig
 from emulator.device import EmulatedDevice
 from emulator.dma import HostLink, Interconnect
-from emulator.errors import EmulatorBug
+from emulator.errors import EmulatorError
 
 
-class Deadlock(EmulatorBug):
-    """The host waited on an event that no scheduled work can ever trigger."""
+class Deadlock(EmulatorError):
+    """The host waited on an event that no scheduled work can ever trigger.
+
+    Not an emulator bug: the host's wait cannot complete (e.g. a wait on a fence that
+    nothing queued will signal), which is the caller's error.
+    """
 
 
 class EmulatedSystem:
@@ -52,6 +56,12 @@ class EmulatedSystem:
             except EmptySchedule:
                 raise Deadlock("the host waits for an event that no queued command will "
                                "ever signal (a wait on a fence nobody signals?)") from None
+
+    def run_to_time(self, t_ns: float) -> None:
+        """Advance simulated time to ``t_ns`` (no-op if it is already there)."""
+        with self.lock:
+            if t_ns > self.env.now:
+                self.env.run(until=t_ns)
 
     def run_all(self) -> None:
         """Run until no events are left (every queued command processed)."""

@@ -10,10 +10,6 @@ below. Commands of one ring run in order.
 from collections import namedtuple
 from enum import IntEnum
 
-# Element types of tensor descriptors: the codes the device's kernel library defines.
-from emulator.kernels.dtypes import ITEMSIZE as ELEMENT_SIZE  # noqa: F401
-from emulator.kernels.dtypes import NAMES as ELEMENT_NAMES  # noqa: F401
-
 ABI_MAJOR = 1
 ABI_MINOR = 0
 FIRMWARE_VERSION = (ABI_MAJOR, ABI_MINOR, 0)
@@ -25,6 +21,30 @@ class Opcode(IntEnum):
     SIGNAL = 3    # semaphore <- value once every earlier command of the ring completed
     WAIT = 4      # stall the ring until a semaphore (of any device) reaches value
     LAUNCH = 5    # run a kernel of the device's kernel library
+
+
+class ElementType(IntEnum):
+    """Element types of tensor descriptors and of dtype launch arguments. The device's kernel
+    library numbers its types the same way (the firmware checks it at boot)."""
+    BOOL = 0
+    UINT8 = 1
+    INT8 = 2
+    INT16 = 3
+    INT32 = 4
+    INT64 = 5
+    FLOAT16 = 6
+    BFLOAT16 = 7
+    FLOAT32 = 8
+    FLOAT64 = 9
+
+
+# Bytes per element, and the name of each type (the torch dtype it carries has the same name).
+# Keyed by plain ints: descriptors and launch arguments carry the codes as ints.
+ELEMENT_SIZE = {int(ElementType.BOOL): 1, int(ElementType.UINT8): 1, int(ElementType.INT8): 1,
+                int(ElementType.INT16): 2, int(ElementType.INT32): 4, int(ElementType.INT64): 8,
+                int(ElementType.FLOAT16): 2, int(ElementType.BFLOAT16): 2, int(ElementType.FLOAT32): 4,
+                int(ElementType.FLOAT64): 8}
+ELEMENT_NAMES = {int(t): t.name.lower() for t in ElementType}
 
 
 class MemorySpace(IntEnum):
@@ -45,6 +65,7 @@ class Status(IntEnum):
 class Irq(IntEnum):
     COMPLETION = 1    # payload: Completion
     ERROR = 2         # payload: ErrorRecord
+    INTERNAL_ERROR = 3  # payload: InternalErrorRecord (an emulator bug, not a device fault; not sticky)
 
 
 TensorDescriptor = namedtuple("TensorDescriptor", "space device asid address dtype shape strides")
@@ -57,3 +78,6 @@ LaunchCommand = namedtuple("LaunchCommand", "opcode seq asid kernel args")
 Completion = namedtuple("Completion", "device ring seq semaphore value sim_time_ns")
 ErrorRecord = namedtuple("ErrorRecord", "status device ring seq asid unit address sim_time_ns detail")
 TraceEntry = namedtuple("TraceEntry", "device ring seq name engine start_ns end_ns nbytes flops")
+# An exception the firmware raised while executing a command that is neither a hardware fault
+# nor a kernel argument error: a bug in the emulator. ``traceback`` is the formatted traceback.
+InternalErrorRecord = namedtuple("InternalErrorRecord", "device ring seq asid unit sim_time_ns detail traceback")

@@ -1,73 +1,89 @@
-"""The transport the driver talks to: a bus of device endpoints.
+"""The emulated implementation of the device transport (firmware/transport.py).
 
 This is the boundary a real driver would cross with MMIO and DMA-able memory:
-doorbells, ring slots, semaphore words, page-table writes, interrupt lines and
-the firmware-load mailbox. Everything the driver does to a device goes through
-a ``DeviceEndpoint``; swapping this module for real hardware access would leave
-the driver unchanged.
+doorbells, ring slots, fence words, page-table writes, interrupt lines and the
+firmware-load mailbox. ``DeviceEndpoint`` is one device of the emulated system
+with its firmware, ``Platform`` the host bus they share. Every method returns
+plain values; the SimPy objects behind them stay on this side, so swapping this
+module for real hardware access would leave the driver unchanged.
 """
 from __future__ import annotations
 
 from emulator import ConfigError, EmulatedSystem, SystemConfig
-from emulator.system import Deadlock
 from emulator.config import describe, load_file, load_preset
+from emulator.system import Deadlock
 from firmware import abi
 from firmware.image import FirmwareImage
 from firmware.scheduler import FirmwareInstance
+from firmware.transport import DeviceTransport, HostTransport, WaitNeverSatisfied
 
 
-class DeviceEndpoint:
+class DeviceEndpoint(DeviceTransport):
     def __init__(self, system: EmulatedSystem, device):
-        self.system = system
+        self._system = system
         self._device = device
+        self._rings = device.command_processor.rings
+        self._semaphores = device.command_processor.semaphores
         self.index = device.index
         self.config = device.config
         self.firmware: FirmwareInstance | None = None
 
     # -- boot -------------------------------------------------------------
     def load_firmware(self, image: FirmwareImage) -> tuple[int, int, int]:
-        """Loads and boots ``image``; returns the version the firmware reports."""
         self.firmware = FirmwareInstance(self._device, image)
         return image.version
 
-    # -- rings, doorbells, semaphores -----------------------------------
+    # -- rings and doorbells ------------------------------------------------
     def create_ring(self) -> int:
         ring = self._device.command_processor.create_ring()
         self.firmware.start_ring(ring)
         return ring.ring_id
 
     def ring_free_slots(self, ring_id: int) -> int:
-        return self._device.command_processor.rings[ring_id].free_slots()
+        return self._rings[ring_id].free_slots()
 
     def ring_entries(self, ring_id: int) -> int:
-        return self._device.command_processor.rings[ring_id].entries
-
-    def ring_space_event(self, ring_id: int, min_free: int = 1):
-        return self._device.command_processor.rings[ring_id].space_available(min_free)
+        return self._rings[ring_id].entries
 
     def write_ring(self, ring_id: int, submit_ns: float, command) -> None:
-        self._device.command_processor.rings[ring_id].write((submit_ns, command))
+        self._rings[ring_id].write((submit_ns, command))
+
+    def ring_doorbell(self, ring_id: int) -> None:
+        self._rings[ring_id].ring_doorbell()
 
     def submit(self, ring_id: int, submit_ns: float, command) -> bool:
-        """Writes a slot and rings the doorbell; False (nothing written) when the ring is full."""
-        ring = self._device.command_processor.rings[ring_id]
+        ring = self._rings[ring_id]
         if not ring.free_slots():
             return False
         ring.write((submit_ns, command))
         ring.ring_doorbell()
         return True
 
-    def ring_doorbell(self, ring_id: int) -> None:
-        self._device.command_processor.rings[ring_id].ring_doorbell()
+    def wait_ring_space(self, ring_id: int, min_free: int = 1) -> float:
+        ring = self._rings[ring_id]
+        if ring.free_slots() < min_free:
+            self._wait(ring.space_available(min_free), f"ring {ring_id} to free {min_free} slots")
+        return self._system.now_ns
 
+    # -- fences ----------------------------------------------------------
     def semaphore_value(self, sem_id: int) -> int:
-        return self._device.command_processor.semaphores.value(sem_id)
+        return self._semaphores.value(sem_id)
 
     def semaphore_time_ns(self, sem_id: int) -> float:
-        return self._device.command_processor.semaphores.signalled_at(sem_id)
+        return self._semaphores.signalled_at(sem_id)
 
-    def semaphore_event(self, sem_id: int, target: int):
-        return self._device.command_processor.semaphores.wait(sem_id, target)
+    def wait_semaphore(self, sem_id: int, value: int) -> float:
+        semaphores = self._semaphores
+        if semaphores.value(sem_id) < value:
+            self._wait(semaphores.wait(sem_id, value), f"semaphore {sem_id} to reach {value}")
+        return semaphores.signalled_at(sem_id)
+
+    def _wait(self, event, what: str) -> None:
+        try:
+            self._system.run_until(event)
+        except Deadlock as err:
+            raise WaitNeverSatisfied(f"device {self.index}: waiting for {what}, but no queued work "
+                                     f"can ever get there") from err
 
     # -- memory management unit ------------------------------------------
     @property
@@ -90,7 +106,7 @@ class DeviceEndpoint:
     def unmap_pages(self, asid: int, va: int) -> None:
         self._device.mmu.unmap(asid, va)
 
-    # -- interrupts and telemetry -----------------------------------------
+    # -- interrupts, mailbox, telemetry -------------------------------------
     def connect_interrupts(self, handler) -> None:
         self._device.interrupts.connect(handler)
 
@@ -98,11 +114,14 @@ class DeviceEndpoint:
         """Firmware mailbox: forget a context's fault after the driver reset it."""
         self.firmware.faulted_asids.pop(asid, None)
 
+    def configure_trace(self, entries: int) -> None:
+        self.firmware.configure_trace(entries)
+
     def telemetry(self) -> dict:
         dev = self._device
         return {
             "kernel_stats": self.firmware.kernel_stats,
-            "trace": self.firmware.trace,
+            "trace": self.firmware.trace_entries(),
             "engines_busy_ns": {"matrix_engine": dev.matrix_engine.busy_ns,
                                 "vector_engine": dev.vector_engine.busy_ns,
                                 "dma": dev.dma.busy_ns},
@@ -111,24 +130,26 @@ class DeviceEndpoint:
         }
 
 
-class Platform:
+class Platform(HostTransport):
     """Powers on the emulated system described by ``config`` and lists its devices."""
 
     def __init__(self, config: SystemConfig):
         self.config = config
         self.system = EmulatedSystem(config)
-        self.endpoints = [DeviceEndpoint(self.system, d) for d in self.system.devices]
+        self.devices = [DeviceEndpoint(self.system, d) for d in self.system.devices]
 
     @property
+    def endpoints(self) -> list[DeviceEndpoint]:
+        return self.devices
+
     def now_ns(self) -> float:
         return self.system.now_ns
 
-    @property
-    def lock(self):
-        return self.system.lock
+    def advance_to(self, t_ns: float) -> None:
+        self.system.run_to_time(t_ns)
 
-    def run_until(self, event) -> None:
-        self.system.run_until(event)
+    def drain(self) -> None:
+        self.system.run_all()
 
 
 def load_description(preset: str, path: str | None = None) -> SystemConfig:
@@ -142,5 +163,5 @@ def describe_description(config: SystemConfig) -> dict:
     return describe(config)
 
 
-__all__ = ["Platform", "DeviceEndpoint", "abi", "FirmwareImage", "ConfigError", "Deadlock", "load_description",
-           "describe_description"]
+__all__ = ["Platform", "DeviceEndpoint", "abi", "FirmwareImage", "ConfigError", "WaitNeverSatisfied",
+           "load_description", "describe_description"]

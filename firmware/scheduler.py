@@ -11,10 +11,11 @@ never waits forever; the driver reports the error at the next synchronisation.
 from __future__ import annotations
 
 import logging
+import traceback
 from collections import deque
 from math import prod
 
-from emulator.errors import FaultRecord, HardwareFault
+from emulator.errors import EmulatorBug, FaultRecord, HardwareFault, KernelArgumentError
 from emulator.kernels import dtypes
 from emulator.kernels.library import KERNELS, Operand
 from firmware import abi
@@ -29,6 +30,14 @@ _DEVICE = int(abi.MemorySpace.DEVICE)
 _RESOLVED_ENTRIES = _DECODED_ENTRIES = 4096  # bounded timeline; aggregate statistics cover the whole run
 
 
+def check_element_types() -> None:
+    """The kernel library must number element types as the ABI does: dtype codes reach kernels
+    unchanged, both in descriptors and as plain launch arguments."""
+    if dtypes.ITEMSIZE != abi.ELEMENT_SIZE or dtypes.NAMES != abi.ELEMENT_NAMES:
+        raise EmulatorBug("the kernel library's element-type codes differ from the firmware ABI's "
+                          f"({dtypes.NAMES} vs {abi.ELEMENT_NAMES})")
+
+
 class KernelStats:
     __slots__ = ("count", "busy_ns", "nbytes", "flops")
 
@@ -38,15 +47,26 @@ class KernelStats:
 
 class FirmwareInstance:
     def __init__(self, device, image: FirmwareImage):
+        check_element_types()
         self.device = device
         self.env = device.env
         self.image = image
         self.faulted_asids: dict[int, abi.ErrorRecord] = {}
-        self.trace: deque = deque(maxlen=TRACE_ENTRIES)
+        self.trace: deque | None = deque(maxlen=TRACE_ENTRIES)
         self.kernel_stats: dict[str, KernelStats] = {}
         self.commands_executed = 0
         self._resolved: dict = {}  # TensorDescriptor -> (MMU generation, Operand)
         self._launches: dict = {}  # (kernel, launch args) -> decoded launch (see _book_kernel)
+
+    def configure_trace(self, entries: int) -> None:
+        """Keeps the last ``entries`` trace records (the newest ones are kept); 0 switches it off."""
+        if entries < 0:
+            raise ValueError(f"trace entries must be >= 0, got {entries}")
+        old = self.trace or ()
+        self.trace = deque(old, maxlen=entries) if entries else None
+
+    def trace_entries(self) -> list:
+        return list(self.trace) if self.trace is not None else []
 
     # -- ring processing -------------------------------------------------
     def start_ring(self, ring) -> None:
@@ -93,10 +113,10 @@ class FirmwareInstance:
                 if end > env.now:
                     yield env.timeout(end - env.now)
                 finish()
-            except HardwareFault as fault:
+            except (HardwareFault, KernelArgumentError) as fault:  # a device fault: sticky for the context
                 self._record_error(ring, command, fault)
-            except Exception as err:  # a kernel rejected its operands: a kernel fault
-                self._record_error(ring, command, err)
+            except Exception as err:  # anything else is a bug in the emulator, not the user's fault
+                self._report_bug(ring, command, err)
             self.commands_executed += 1
 
     def _signal(self, ring, command):
@@ -113,7 +133,7 @@ class FirmwareInstance:
                       "invalid_command": abi.Status.INVALID_COMMAND}.get(
                 rec.kind, abi.Status.KERNEL_FAULT)
             unit, address, detail = rec.unit, rec.address, rec.detail
-        else:
+        else:  # KernelArgumentError: a kernel rejected its launch arguments
             status, unit, address = abi.Status.KERNEL_FAULT, self._unit_of(command), None
             detail = f"{type(err).__name__}: {err}"
         record = abi.ErrorRecord(status, self.device.index, ring.ring_id, command.seq, command.asid,
@@ -121,6 +141,18 @@ class FirmwareInstance:
         self.faulted_asids[command.asid] = record
         log.info("device %d: %s", self.device.index, record)
         self.device.interrupts.raise_irq(abi.Irq.ERROR, record)
+
+    def _report_bug(self, ring, command, err):
+        """An exception that is neither a hardware fault nor a kernel argument error: an emulator
+        bug. Reported as an INTERNAL_ERROR interrupt with the traceback; the context is NOT
+        faulted, and the ring goes on with its next command."""
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
+        record = abi.InternalErrorRecord(self.device.index, ring.ring_id, command.seq, command.asid,
+                                         self._unit_of(command), self.env.now,
+                                         f"{type(err).__name__}: {err}", text)
+        log.error("device %d: emulator bug while executing command %d on ring %d:\n%s",
+                  self.device.index, command.seq, ring.ring_id, text)
+        self.device.interrupts.raise_irq(abi.Irq.INTERNAL_ERROR, record)
 
     @staticmethod
     def _unit_of(command) -> str:
@@ -221,8 +253,9 @@ class FirmwareInstance:
                 duration, nbytes, flops)
 
     def _account(self, ring, command, name, engine, start, nbytes, flops):
-        self.trace.append(abi.TraceEntry(self.device.index, ring.ring_id, command.seq, name, engine,
-                                         start, self.env.now, nbytes, flops))
+        if self.trace is not None:
+            self.trace.append(abi.TraceEntry(self.device.index, ring.ring_id, command.seq, name, engine,
+                                             start, self.env.now, nbytes, flops))
         stats = self.kernel_stats.get(name)
         if stats is None:
             stats = self.kernel_stats[name] = KernelStats()

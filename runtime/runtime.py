@@ -37,6 +37,11 @@ def translate_driver_error(err: DriverError) -> errors.EmuError:
         return errors.EmuError(str(err), code=errors.ErrorCode.INVALID_CONFIGURATION)
     if status == DriverStatus.DEADLOCK:
         return errors.StreamError(str(err))
+    if status == DriverStatus.INTERNAL_ERROR:
+        # A bug in the emulator (firmware's InternalErrorRecord): not a device fault, not sticky.
+        return errors.EmulatorBugError(
+            f"internal emulator bug, not a device fault (nothing is poisoned, the device stays usable): {err}",
+            traceback=getattr(err.record, "traceback", "") or "")
     return errors.InvalidValueError(str(err))
 
 
@@ -58,7 +63,9 @@ class Runtime:
             self.config = self.settings.load_config()
         except DriverError as err:
             raise translate_driver_error(err) from err
-        self.clock = HostClock(self.config.host.api_call_ns)
+        host = self.config.host
+        self.clock = HostClock(host.api_call_ns, host.flops_per_s, host.memory_bandwidth_gb_per_s,
+                               host.fallback_overhead_ns)
         try:
             self.driver = Driver(self.config, firmware_image, host_clock=self.clock)
         except DriverError as err:
@@ -123,6 +130,10 @@ class Runtime:
         self.device(device)
         return self.driver.memory_info(device)
 
+    def memory_snapshot(self, device: int) -> list[dict]:
+        with self.lock:
+            return self.device(device).allocator.snapshot()
+
     def empty_cache(self, device: int) -> None:
         with self.lock:
             self.device(device).allocator.empty_cache()
@@ -142,11 +153,19 @@ class Runtime:
             state.streams[sid] = Stream(self, device, sid, self.driver.create_queue(state.context), priority)
             return state.streams[sid]
 
-    def wait_semaphore(self, device: int, semaphore: int, value: int) -> None:
+    def wait_semaphore(self, device: int, semaphore: int, value: int, what: str | None = None) -> None:
+        """Blocks the host until ``semaphore`` reaches ``value``. ``what`` names the waiter (e.g.
+        "stream emu:0/3") for the error raised when no queued work can ever get it there."""
         with self.lock:
             try:
                 self.driver.wait_semaphore(device, semaphore, value)
             except DriverError as err:
+                if err.status == DriverStatus.DEADLOCK:  # the host's wait cannot complete: a user error
+                    at = self.driver.semaphore_value(device, semaphore)
+                    raise errors.StreamError(
+                        f"{what or f'emu:{device}'}: the host waits for fence semaphore {semaphore} to reach "
+                        f"{value} (it is at {at}), but no queued work can ever signal it (a wait on an event "
+                        f"or fence that nothing will signal?): {err}") from err
                 raise translate_driver_error(err) from err
             self._check(device)
 
@@ -165,9 +184,7 @@ class Runtime:
             return stream.mark_passed(mark)
 
     def _advance_to_host_time(self) -> None:
-        env = self.driver.platform.system.env
-        if self.clock.now_ns > env.now:
-            env.run(until=self.clock.now_ns)
+        self.driver.advance_to(self.clock.now_ns)
 
     def device_synchronize(self, device: int) -> None:
         with self.lock:
@@ -205,7 +222,8 @@ class Runtime:
     def event_synchronize(self, event: Event) -> None:
         if event.recorded:
             self.clock.charge_call()
-            self.wait_semaphore(event.device, event.semaphore, event.count)
+            self.wait_semaphore(event.device, event.semaphore, event.count,
+                                what=f"event emu:{event.device} (semaphore {event.semaphore}, record #{event.count})")
 
     def event_elapsed_ms(self, start: Event, end: Event) -> float:
         if not (start.enable_timing and end.enable_timing):
@@ -214,9 +232,8 @@ class Runtime:
             raise errors.InvalidValueError("elapsed_time needs both events recorded")
         self.event_synchronize(start)
         self.event_synchronize(end)
-        endpoint = self.driver.platform.endpoints
-        t0 = endpoint[start.device].semaphore_time_ns(start.semaphore)
-        t1 = endpoint[end.device].semaphore_time_ns(end.semaphore)
+        t0 = self.driver.semaphore_time_ns(start.device, start.semaphore)
+        t1 = self.driver.semaphore_time_ns(end.device, end.semaphore)
         return (t1 - t0) / 1e6
 
     # -- copies, fills, launches -----------------------------------------
@@ -271,6 +288,16 @@ class Runtime:
         with self.lock:
             self.device(device)
             return self.driver.recover(device, reason)
+
+    def charge_host_work(self, flops: float, nbytes: float) -> float:
+        """Charges work the host did itself (an op run on the CPU) to the modelled host clock.
+
+        The cost is the host cost model of ``config.host``, never wall time:
+        ``fallback_overhead_ns + max(flops / flops_per_s, nbytes / memory_bandwidth_gb_per_s)``.
+        Returns the modelled nanoseconds charged.
+        """
+        with self.lock:
+            return self.clock.charge_host_work(flops, nbytes)
 
     def telemetry(self, device: int) -> dict:
         with self.lock:

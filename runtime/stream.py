@@ -28,11 +28,18 @@ class Stream:
             self.dirty = False
         return self._last_mark
 
+    def pending_mark(self) -> int:
+        """The mark that will cover all work submitted so far, without recording it now (the
+        allocator notes it at a free; ``wait_mark`` records it if it is still to come)."""
+        return self._last_mark + 1 if self.dirty else self._last_mark
+
     def mark_passed(self, mark: int) -> bool:
         return self._rt.driver.semaphore_value(self.device, self.semaphore) >= mark
 
     def wait_mark(self, mark: int) -> None:
-        self._rt.wait_semaphore(self.device, self.semaphore, mark)
+        if mark > self._last_mark:  # a pending mark: record it first, or nothing will signal it
+            self.record_mark()
+        self._rt.wait_semaphore(self.device, self.semaphore, mark, what=f"stream emu:{self.device}/{self.stream_id}")
 
     def synchronize(self) -> None:
         self._rt.stream_synchronize(self)

@@ -178,7 +178,7 @@ def queue(drv):
 
 
 def assert_nothing_submitted(drv, queue):
-    ep = drv.platform.endpoints[queue.device]
+    ep = drv.transport.devices[queue.device]
     assert ep.ring_free_slots(queue.ring_id) == drv.config.device.command_processor.ring_entries
 
 

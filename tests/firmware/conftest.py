@@ -79,9 +79,10 @@ class Rig:
         ep.ring_doorbell(ring)
 
     def run_until_sem(self, sem, value, device=0):
-        self.platform.run_until(self.ep(device).semaphore_event(sem, value))
+        t = self.ep(device).wait_semaphore(sem, value)
         assert self.ep(device).semaphore_value(sem) >= value
-        return self.ep(device).semaphore_time_ns(sem)
+        assert t == self.ep(device).semaphore_time_ns(sem)
+        return t
 
 
 @pytest.fixture
