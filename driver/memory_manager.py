@@ -2,8 +2,8 @@
 
 Physical memory is handed out first-fit from a sorted free list, page aligned,
 one contiguous run per allocation (so a kernel sees each operand as one host
-view). Each context gets its own virtual address space: a bump allocator in a
-per-device window plus the page-table entries the driver writes to the MMU.
+view). Each context gets its own virtual address space: a free list over a
+per-device window (freed ranges are reused) plus the page-table entries the driver writes to the MMU.
 """
 from __future__ import annotations
 
@@ -56,15 +56,36 @@ class PhysicalAllocator:
         return max((size for _, size in self._free), default=0)
 
 
+class AddressSpaceExhausted(Exception):
+    """No free range of the requested size is left in a context's virtual address window."""
+
+
 class AddressSpace:
+    """A context's virtual addresses on one device: the window ``[(d+1) * 2^40, (d+2) * 2^40)``.
+
+    Ranges are handed out first-fit from a sorted free list, each followed by an unmapped guard
+    page (an overrun faults instead of reading the next allocation); released ranges coalesce and
+    are reused. A request that does not fit in the window is refused: an address outside it
+    would belong to another device.
+    """
+
     def __init__(self, device: int, asid: int, page_size: int):
         self.device = device
         self.asid = asid
         self.page_size = page_size
-        self._next_va = (device + 1) * VA_WINDOW
+        self.base = (device + 1) * VA_WINDOW
+        self.limit = self.base + VA_WINDOW
+        self._free = PhysicalAllocator(VA_WINDOW, page_size)  # the same free-list discipline, offsets
         self.mappings: dict[int, tuple[int, int]] = {}  # va -> (pa, size)
 
     def reserve(self, size: int) -> int:
-        va = self._next_va
-        self._next_va += size + self.page_size  # a guard page between allocations
-        return va
+        offset = self._free.allocate(size + self.page_size)
+        if offset is None:
+            raise AddressSpaceExhausted(
+                f"device {self.device}: no {size}-byte range is free in address space {self.asid}'s "
+                f"{VA_WINDOW >> 30} GiB window ({self._free.free_bytes} bytes free, largest free range "
+                f"{self._free.largest_free})")
+        return self.base + offset
+
+    def release(self, va: int, size: int) -> None:
+        self._free.release(va - self.base, size + self.page_size)

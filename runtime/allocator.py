@@ -1,37 +1,154 @@
-"""Caching device allocator with statistics (the CUDA caching allocator's idea).
+"""Caching device allocator: segments, blocks and stream-ordered frees (CUDA's design).
 
-Freed blocks stay reserved and are reused for requests of the same rounded size
-on the same stream, which keeps driver calls (and page-table writes) off the hot
-path. A block used on other streams (``record_stream``) is reusable only after
-those streams pass the point where it was freed. When the driver runs out of
-memory, every cached block is released and the allocation retried once.
+- Requests are rounded up to 512 bytes. Requests of at most 1 MiB come from the
+  small pool: 2 MiB segments carved into blocks. Larger ones come from the large
+  pool: a 20 MiB segment for requests under 10 MiB, else a segment of the request
+  rounded up to 2 MiB. A segment is one driver allocation (one contiguous, mapped
+  range), so a kernel still sees each operand as one host view.
+- A request takes the best-fitting free block of its pool *on its stream* (the
+  smallest that fits, then the lowest address) and splits off the rest when the
+  rest is worth keeping (>= 512 bytes in the small pool, > 1 MiB in the large one).
+  A freed block merges with its free neighbours.
+- Frees are stream-ordered. Reuse on the block's own stream is safe at once: the
+  stream runs its work in order. A block that ``record_stream`` named other
+  streams for waits until each of them passed the point of the free (a fence mark
+  recorded on each, the event of CUDA's allocator). A segment goes back to the
+  driver (``empty_cache``, or the retry after an out-of-memory) only once its
+  stream has passed the last free of any of its blocks.
+- Statistics mean what ``torch.cuda.memory_stats()`` means, per pool ("all",
+  "small_pool", "large_pool"): allocated = live blocks, active = live blocks plus
+  those waiting for other streams, reserved = segments, inactive_split = free
+  blocks of split segments, requested = the bytes asked for.
+
+Left out: expandable segments, per-process memory fractions, graph pools.
 """
 from __future__ import annotations
 
+import bisect
 import logging
-from collections import defaultdict
 
 from driver import DriverError, DriverStatus
 from runtime.errors import InvalidValueError, OutOfMemoryError
 
 log = logging.getLogger("seed.runtime")
 
-SMALL = 1 << 20
-SMALL_ROUND = 512
-LARGE_ROUND = 2 << 20
+MiB = 1 << 20
+MIN_BLOCK = 512            # every request is rounded up to a multiple of this
+SMALL_SIZE = 1 * MiB       # largest request served by the small pool
+SMALL_SEGMENT = 2 * MiB    # the small pool's segment size
+LARGE_SEGMENT = 20 * MiB   # segment for large requests below MIN_LARGE_ALLOC
+MIN_LARGE_ALLOC = 10 * MiB
+ROUND_LARGE = 2 * MiB      # larger requests get a segment of their own, rounded to this
+
+POOLS = ("all", "small_pool", "large_pool")
+_SMALL, _LARGE = 1, 2
 
 
 def rounded_size(nbytes: int) -> int:
-    unit = SMALL_ROUND if nbytes < SMALL else LARGE_ROUND
-    return -(-nbytes // unit) * unit
+    """The block size a request of ``nbytes`` takes."""
+    return max(MIN_BLOCK, -(-nbytes // MIN_BLOCK) * MIN_BLOCK)
+
+
+def segment_size(size: int) -> int:
+    """The driver allocation a new segment for a block of ``size`` (rounded) bytes takes."""
+    if size <= SMALL_SIZE:
+        return SMALL_SEGMENT
+    if size < MIN_LARGE_ALLOC:
+        return LARGE_SEGMENT
+    return -(-size // ROUND_LARGE) * ROUND_LARGE
+
+
+class Stat:
+    """One torch memory statistic: current, peak, and lifetime allocated/freed totals."""
+
+    __slots__ = ("current", "peak", "allocated", "freed")
+
+    def __init__(self):
+        self.current = self.peak = self.allocated = self.freed = 0
+
+    def increase(self, amount: int) -> None:
+        self.current += amount
+        self.allocated += amount
+        if self.current > self.peak:
+            self.peak = self.current
+
+    def decrease(self, amount: int) -> None:
+        self.current -= amount
+        self.freed += amount
+
+
+class StatArray:
+    """A statistic for each pool: index 0 is "all", then small and large."""
+
+    __slots__ = ("stats",)
+
+    def __init__(self):
+        self.stats = (Stat(), Stat(), Stat())
+
+    def increase(self, pool: int, amount: int) -> None:
+        self.stats[0].increase(amount)
+        self.stats[pool].increase(amount)
+
+    def decrease(self, pool: int, amount: int) -> None:
+        self.stats[0].decrease(amount)
+        self.stats[pool].decrease(amount)
+
+
+class Segment:
+    __slots__ = ("address", "size", "stream", "pool", "first", "free_mark")
+
+    def __init__(self, address: int, size: int, stream, pool: int):
+        self.address, self.size, self.stream, self.pool = address, size, stream, pool
+        self.first: Block | None = None
+        self.free_mark = 0  # the segment stream's mark that covers the last free of any block
 
 
 class Block:
-    __slots__ = ("address", "size", "requested", "stream", "other_streams")
+    __slots__ = ("segment", "address", "size", "requested", "allocated", "prev", "next", "other_streams",
+                 "pending")
 
-    def __init__(self, address, size, requested, stream):
-        self.address, self.size, self.requested, self.stream = address, size, requested, stream
-        self.other_streams = set()
+    def __init__(self, segment: Segment, address: int, size: int):
+        self.segment, self.address, self.size = segment, address, size
+        self.requested = 0
+        self.allocated = False
+        self.pending = False          # freed, waiting for other streams to pass the free
+        self.prev: Block | None = None
+        self.next: Block | None = None
+        self.other_streams: set | None = None
+
+    @property
+    def is_split(self) -> bool:
+        return self.prev is not None or self.next is not None
+
+    def key(self) -> tuple:
+        return (self.segment.stream.stream_id, self.size, self.address)
+
+
+class FreePool:
+    """Free blocks of one pool, ordered by (stream, size, address): a bisect finds the best fit."""
+
+    __slots__ = ("keys", "blocks")
+
+    def __init__(self):
+        self.keys: list[tuple] = []
+        self.blocks: dict[tuple, Block] = {}
+
+    def insert(self, block: Block) -> None:
+        key = block.key()
+        bisect.insort(self.keys, key)
+        self.blocks[key] = block
+
+    def remove(self, block: Block) -> None:
+        key = block.key()
+        del self.keys[bisect.bisect_left(self.keys, key)]
+        del self.blocks[key]
+
+    def best_fit(self, stream_id: int, size: int) -> Block | None:
+        keys = self.keys
+        i = bisect.bisect_left(keys, (stream_id, size, 0))
+        if i < len(keys) and keys[i][0] == stream_id:
+            return self.blocks[keys[i]]
+        return None
 
 
 class CachingAllocator:
@@ -40,87 +157,184 @@ class CachingAllocator:
         self.context = context
         self.device = device
         self._live: dict[int, Block] = {}
-        self._cached: dict[tuple, list[Block]] = defaultdict(list)  # (stream id, size) -> blocks
-        self._deferred: list[tuple[Block, list]] = []  # freed blocks waiting for other streams
-        self.allocated = self.reserved = self.requested = self.segments = 0
-        self.peak_allocated = self.peak_reserved = self.peak_requested = 0
-        self.peak_active = self.peak_segments = 0
+        self._segments: dict[int, Segment] = {}
+        self._pools = {_SMALL: FreePool(), _LARGE: FreePool()}
+        self._pending: list[tuple[Block, list]] = []   # (block, [(stream, mark)]) after record_stream
+        self._stats = {name: StatArray() for name in (
+            "allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+            "active_bytes", "inactive_split_bytes", "requested_bytes")}
         self.reset_accumulated()
 
-    def reset_accumulated(self) -> None:
-        """Zeroes the counters that only grow (torch's reset_accumulated_memory_stats)."""
-        self.num_allocs = self.num_frees = self.cache_hits = 0
-        self.num_driver_allocs = self.num_driver_frees = 0
-        self.bytes_allocated_total = self.bytes_freed_total = 0
-        self.num_ooms = self.num_retries = 0
-
+    # -- the public entry points -------------------------------------------
     def malloc(self, nbytes: int, stream) -> int:
         size = rounded_size(nbytes)
-        self._reclaim_deferred()
-        pool = self._cached.get((stream.stream_id, size))
-        if pool:
-            block = pool.pop()
+        pool = _SMALL if size <= SMALL_SIZE else _LARGE
+        if self._pending:
+            self._reclaim_pending()
+        block = self._pools[pool].best_fit(stream.stream_id, size)
+        if block is not None:
+            self._take_free(block)
             self.cache_hits += 1
         else:
-            block = Block(self._driver_allocate(size, nbytes), size, nbytes, stream)
-        block.requested, block.stream = nbytes, stream
+            block = self._new_segment(size, nbytes, stream, pool).first
+        if block.size - size >= (MIN_BLOCK if pool == _SMALL else SMALL_SIZE + 1):
+            self._split(block, size)
+        block.allocated = True
+        block.requested = nbytes
         self._live[block.address] = block
-        self.allocated += size
-        self.requested += nbytes
-        self.peak_allocated = max(self.peak_allocated, self.allocated)
-        self.peak_requested = max(self.peak_requested, self.requested)
-        self.peak_active = max(self.peak_active, len(self._live))
-        self.num_allocs += 1
-        self.bytes_allocated_total += size
+        s = self._stats
+        s["allocation"].increase(pool, 1)
+        s["allocated_bytes"].increase(pool, block.size)
+        s["active"].increase(pool, 1)
+        s["active_bytes"].increase(pool, block.size)
+        s["requested_bytes"].increase(pool, nbytes)
         return block.address
-
-    def _driver_allocate(self, size: int, requested: int) -> int:
-        for attempt in range(2):
-            try:
-                address = self.driver.allocate(self.context, size)
-            except DriverError as err:
-                if err.status != DriverStatus.OUT_OF_MEMORY:
-                    raise
-                if attempt == 0:
-                    log.info("emu:%d: %d bytes do not fit; releasing %d cached bytes and retrying",
-                             self.device, size, self.reserved - self.allocated)
-                    self.num_retries += 1
-                    self.empty_cache()
-                    continue
-                self.num_ooms += 1
-                free, total = self.driver.memory_info(self.device)
-                raise OutOfMemoryError(self.device, requested, self.allocated, self.reserved,
-                                       free, total) from err
-            self.reserved += size
-            self.peak_reserved = max(self.peak_reserved, self.reserved)
-            self.segments += 1
-            self.peak_segments = max(self.peak_segments, self.segments)
-            self.num_driver_allocs += 1
-            return address
-        raise AssertionError("unreachable")
 
     def free(self, address: int) -> None:
         block = self._live.pop(address, None)
         if block is None:
             raise InvalidValueError(f"emu:{self.device}: 0x{address:x} is not a live allocation "
                                     f"(double free, or not allocated here)")
-        self.allocated -= block.size
-        self.requested -= block.requested
-        self.num_frees += 1
-        self.bytes_freed_total += block.size
+        pool = block.segment.pool
+        s = self._stats
+        s["allocation"].decrease(pool, 1)
+        s["allocated_bytes"].decrease(pool, block.size)
+        s["requested_bytes"].decrease(pool, block.requested)
+        block.allocated = False
+        segment = block.segment
+        # Covered by the next mark the segment's stream records (no command on this path).
+        segment.free_mark = segment.stream.pending_mark()
         if block.other_streams:
-            marks = [(s, s.record_mark()) for s in block.other_streams]
-            block.other_streams = set()
-            self._deferred.append((block, marks))
+            marks = [(st, st.record_mark()) for st in block.other_streams]
+            block.other_streams = None
+            block.pending = True
+            self._pending.append((block, marks))
         else:
-            self._cached[(block.stream.stream_id, block.size)].append(block)
+            self._free_block(block)
 
     def record_stream(self, address: int, stream) -> None:
+        """``stream`` also uses the block at ``address``: its free waits for that stream too."""
         block = self._find(address)
-        if block is not None and stream is not block.stream:
+        if block is not None and stream is not block.segment.stream:
+            if block.other_streams is None:
+                block.other_streams = set()
             block.other_streams.add(stream)
 
-    def _find(self, address: int):
+    def empty_cache(self) -> None:
+        """Returns every wholly free segment to the driver, once its streams passed its frees."""
+        for block, marks in self._pending:
+            for stream, mark in marks:
+                stream.wait_mark(mark)
+        self._reclaim_pending()
+        released = self._release_free_segments()
+        if released:
+            log.info("emu:%d: empty_cache returned %d segments to the driver", self.device, released)
+
+    # -- blocks and segments -------------------------------------------------
+    def _new_segment(self, size: int, requested: int, stream, pool: int) -> Segment:
+        nbytes = segment_size(size)
+        address = self._driver_allocate(nbytes, requested)
+        segment = Segment(address, nbytes, stream, pool)
+        segment.first = Block(segment, address, nbytes)
+        self._segments[address] = segment
+        s = self._stats
+        s["segment"].increase(pool, 1)
+        s["reserved_bytes"].increase(pool, nbytes)
+        self.num_driver_allocs += 1
+        return segment
+
+    def _driver_allocate(self, nbytes: int, requested: int) -> int:
+        try:
+            return self.driver.allocate(self.context, nbytes)
+        except DriverError as err:
+            if err.status != DriverStatus.OUT_OF_MEMORY:
+                raise
+        # Like CUDA: give the cached segments back (after their streams passed their frees), then
+        # try once more.
+        log.info("emu:%d: %d bytes do not fit; releasing cached segments and retrying", self.device, nbytes)
+        self.num_retries += 1
+        self.empty_cache()
+        try:
+            return self.driver.allocate(self.context, nbytes)
+        except DriverError as err:
+            if err.status != DriverStatus.OUT_OF_MEMORY:
+                raise
+            self.num_ooms += 1
+            free, total = self.driver.memory_info(self.device)
+            raise OutOfMemoryError(self.device, requested, self.allocated, self.reserved, free, total) from err
+
+    def _split(self, block: Block, size: int) -> None:
+        rest = Block(block.segment, block.address + size, block.size - size)
+        rest.prev, rest.next = block, block.next
+        if block.next is not None:
+            block.next.prev = rest
+        block.next = rest
+        block.size = size
+        self._insert_free(rest)
+
+    def _take_free(self, block: Block) -> None:
+        self._pools[block.segment.pool].remove(block)
+        if block.is_split:
+            self._stats["inactive_split"].decrease(block.segment.pool, 1)
+            self._stats["inactive_split_bytes"].decrease(block.segment.pool, block.size)
+
+    def _insert_free(self, block: Block) -> None:
+        self._pools[block.segment.pool].insert(block)
+        if block.is_split:
+            self._stats["inactive_split"].increase(block.segment.pool, 1)
+            self._stats["inactive_split_bytes"].increase(block.segment.pool, block.size)
+
+    def _free_block(self, block: Block) -> None:
+        """A block nobody uses any more: merge it with free neighbours and make it reusable."""
+        pool = block.segment.pool
+        self._stats["active"].decrease(pool, 1)
+        self._stats["active_bytes"].decrease(pool, block.size)
+        block.pending = False
+        for neighbour in (block.prev, block.next):
+            if neighbour is not None and not neighbour.allocated and not neighbour.pending:
+                self._take_free(neighbour)
+                if neighbour is block.prev:
+                    block.address, block.prev = neighbour.address, neighbour.prev
+                    if neighbour.prev is not None:
+                        neighbour.prev.next = block
+                    else:
+                        block.segment.first = block
+                else:
+                    block.next = neighbour.next
+                    if neighbour.next is not None:
+                        neighbour.next.prev = block
+                block.size += neighbour.size
+        self._insert_free(block)
+
+    def _reclaim_pending(self) -> None:
+        waiting = []
+        for block, marks in self._pending:
+            if all(stream.mark_passed(mark) for stream, mark in marks):
+                self._free_block(block)
+            else:
+                waiting.append((block, marks))
+        self._pending = waiting
+
+    def _release_free_segments(self) -> int:
+        released = 0
+        for segment in list(self._segments.values()):
+            block = segment.first
+            if block.allocated or block.pending or block.next is not None:
+                continue
+            # Queued work of the segment's stream may still read it: wait until the stream passed
+            # the last free. (A wait costs nothing if the device is already there.)
+            if not segment.stream.mark_passed(segment.free_mark):
+                segment.stream.wait_mark(segment.free_mark)
+            self._take_free(block)
+            self.driver.release(self.context, segment.address)
+            del self._segments[segment.address]
+            self._stats["segment"].decrease(segment.pool, 1)
+            self._stats["reserved_bytes"].decrease(segment.pool, segment.size)
+            self.num_driver_frees += 1
+            released += 1
+        return released
+
+    def _find(self, address: int) -> Block | None:
         block = self._live.get(address)
         if block is not None:
             return block
@@ -129,67 +343,75 @@ class CachingAllocator:
                 return block
         return None
 
-    def _reclaim_deferred(self) -> None:
-        if not self._deferred:
-            return
-        waiting = []
-        for block, marks in self._deferred:
-            if all(stream.mark_passed(mark) for stream, mark in marks):
-                self._cached[(block.stream.stream_id, block.size)].append(block)
-            else:
-                waiting.append((block, marks))
-        self._deferred = waiting
+    # -- statistics ----------------------------------------------------------
+    @property
+    def allocated(self) -> int:
+        return self._stats["allocated_bytes"].stats[0].current
 
-    def empty_cache(self) -> None:
-        """Returns every cached block to the driver (deferred ones after their streams pass)."""
-        for block, marks in self._deferred:
-            for stream, mark in marks:
-                stream.wait_mark(mark)
-        self._reclaim_deferred()
-        for blocks in self._cached.values():
-            for block in blocks:
-                self.driver.release(self.context, block.address)
-                self.reserved -= block.size
-                self.segments -= 1
-                self.num_driver_frees += 1
-        self._cached.clear()
+    @property
+    def peak_allocated(self) -> int:
+        return self._stats["allocated_bytes"].stats[0].peak
+
+    @property
+    def reserved(self) -> int:
+        return self._stats["reserved_bytes"].stats[0].current
+
+    @property
+    def peak_reserved(self) -> int:
+        return self._stats["reserved_bytes"].stats[0].peak
+
+    def reset_accumulated(self) -> None:
+        """Zeroes the counters that only grow (torch's reset_accumulated_memory_stats)."""
+        for array in self._stats.values():
+            for stat in array.stats:
+                stat.allocated = stat.freed = 0
+        self.cache_hits = self.num_driver_allocs = self.num_driver_frees = 0
+        self.num_ooms = self.num_retries = 0
 
     def reset_peak(self) -> None:
-        self.peak_allocated = self.allocated
-        self.peak_reserved = self.reserved
-        self.peak_requested = self.requested
-        self.peak_active = len(self._live)
-        self.peak_segments = self.segments
+        for array in self._stats.values():
+            for stat in array.stats:
+                stat.peak = stat.current
 
     def stats(self) -> dict:
-        """Statistics in torch.cuda.memory_stats() naming (one pool: "all")."""
-        active = len(self._live)
-        return {
-            "allocated_bytes.all.current": self.allocated,
-            "allocated_bytes.all.peak": self.peak_allocated,
-            "allocated_bytes.all.allocated": self.bytes_allocated_total,
-            "allocated_bytes.all.freed": self.bytes_freed_total,
-            "active_bytes.all.current": self.allocated,
-            "active_bytes.all.peak": self.peak_allocated,
-            "requested_bytes.all.current": self.requested,
-            "requested_bytes.all.peak": self.peak_requested,
-            "reserved_bytes.all.current": self.reserved,
-            "reserved_bytes.all.peak": self.peak_reserved,
-            "allocation.all.current": active,
-            "allocation.all.peak": self.peak_active,
-            "allocation.all.allocated": self.num_allocs,
-            "allocation.all.freed": self.num_frees,
-            "active.all.current": active,
-            "active.all.peak": self.peak_active,
-            "active.all.allocated": self.num_allocs,
-            "active.all.freed": self.num_frees,
-            "segment.all.current": self.segments,
-            "segment.all.peak": self.peak_segments,
-            "segment.all.allocated": self.num_driver_allocs,
-            "segment.all.freed": self.num_driver_frees,
+        """Statistics in torch.cuda.memory_stats() naming."""
+        out = {}
+        for name, array in sorted(self._stats.items()):
+            for pool, stat in zip(POOLS, array.stats):
+                prefix = f"{name}.{pool}."
+                out[prefix + "current"] = stat.current
+                out[prefix + "peak"] = stat.peak
+                out[prefix + "allocated"] = stat.allocated
+                out[prefix + "freed"] = stat.freed
+        out.update({
             "num_alloc_retries": self.num_retries,
             "num_ooms": self.num_ooms,
             "num_cache_hits": self.cache_hits,
             "num_device_alloc": self.num_driver_allocs,
             "num_device_free": self.num_driver_frees,
-        }
+            "num_sync_all_streams": 0,
+        })
+        return out
+
+    def snapshot(self) -> list[dict]:
+        """Segments and their blocks, in torch.cuda.memory_snapshot()'s layout."""
+        segments = []
+        for segment in sorted(self._segments.values(), key=lambda seg: seg.address):
+            blocks = []
+            block = segment.first
+            while block is not None:
+                state = ("active_allocated" if block.allocated else
+                         "active_pending_free" if block.pending else "inactive")
+                blocks.append({"address": block.address, "size": block.size,
+                               "requested_size": block.requested if block.allocated else 0, "state": state})
+                block = block.next
+            segments.append({
+                "device": self.device, "address": segment.address, "total_size": segment.size,
+                "stream": segment.stream.stream_id,
+                "segment_type": "small" if segment.pool == _SMALL else "large",
+                "allocated_size": sum(b["size"] for b in blocks if b["state"] == "active_allocated"),
+                "active_size": sum(b["size"] for b in blocks if b["state"] != "inactive"),
+                "requested_size": sum(b["requested_size"] for b in blocks),
+                "blocks": blocks,
+            })
+        return segments

@@ -215,6 +215,17 @@ def reset_accumulated_memory_stats(device=None) -> None:
         allocator.reset_accumulated()
 
 
+def memory_snapshot() -> list[dict]:
+    """The caching allocator's segments and their blocks on every device that has a context, in
+    torch.cuda.memory_snapshot()'s layout (address, total_size, stream, segment_type,
+    allocated_size, active_size, requested_size, blocks with size, requested_size and state)."""
+    if not runtime.is_initialized():
+        return []
+    rt = runtime.get_runtime()
+    return [segment for index in range(rt.device_count) if rt.has_context(index)
+            for segment in rt.memory_snapshot(index)]
+
+
 @raises_torch_errors
 def empty_cache() -> None:
     if runtime.is_initialized():
