@@ -10,11 +10,13 @@ engine and the time to stream the operands through HBM.
 """
 from __future__ import annotations
 
+import array
 import importlib
 from dataclasses import dataclass
 from math import prod
 from typing import Callable, NamedTuple
 
+from emulator.errors import KernelArgumentError
 from emulator.kernels import dtypes
 
 
@@ -79,9 +81,36 @@ def _fill(dst: Operand, value):
     _module('strided').fill(dst.addr, dst.dtype, dst.strides, dst.shape, value)
 
 
-def _binary(op: str, out: Operand, a: Operand, b: Operand, compute_dtype: int, alpha):
+def _immediate(value, dtype: int, ndim: int):
+    """A scalar launch argument as an operand: ``value`` cast to ``dtype`` (with the device's cast
+    rules: the copy kernel's, as from an int64/float64/bool register) in a one-element scratch
+    buffer, read with stride 0 on every dimension. Returns (buffer, operand); keep the buffer."""
+    kind = type(value)
+    if kind is bool:
+        source, register = dtypes.BOOL, array.array("B", [value])
+    elif kind is int:
+        if not -(1 << 63) <= value < (1 << 63):
+            raise KernelArgumentError(f"immediate {value} does not fit a 64-bit integer register")
+        source, register = dtypes.INT64, array.array("q", [value])
+    elif kind is float:
+        source, register = dtypes.FLOAT64, array.array("d", [value])
+    else:
+        raise KernelArgumentError(f"an immediate operand must be a bool, int or float, got {value!r}")
+    scratch = array.array("q", [0])
+    dst = scratch.buffer_info()[0]
+    _module('strided').copy_cast(dst, dtype, (1,), register.buffer_info()[0], source, (1,), (1,))
+    return scratch, Operand(dst, dtype, (1,) * ndim, (0,) * ndim)
+
+
+def _binary(op: str, out: Operand, a, b, compute_dtype: int, alpha):
+    """``a`` or ``b`` may be an immediate (a Python number): it is cast to the compute dtype."""
+    ndim = len(out.shape)
+    if type(a) is not Operand:
+        keep_a, a = _immediate(a, compute_dtype, ndim)
+    if type(b) is not Operand:
+        keep_b, b = _immediate(b, compute_dtype, ndim)
     _module('elementwise').binary(op, out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides,
-                         b.addr, b.dtype, b.strides, out.shape, compute_dtype, alpha)
+                                  b.addr, b.dtype, b.strides, out.shape, compute_dtype, alpha)
 
 
 def _unary(op: str, out: Operand, a: Operand, compute_dtype: int):

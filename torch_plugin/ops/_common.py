@@ -18,11 +18,15 @@ def current_stream(device: int) -> runtime.Stream:
     return rt().stream(device, _C._current_stream_id(device))
 
 
+_TensorRef = runtime.TensorRef
+_new_tuple = tuple.__new__  # builds the namedtuple without its Python-level __new__ (hot path)
+
+
 def device_ref(t: torch.Tensor, shape=None, strides=None) -> runtime.TensorRef:
     """Descriptor of an emu tensor (its data_ptr already includes the storage offset)."""
-    return runtime.TensorRef(False, t.get_device(), t.data_ptr(), TO_CODE[t.dtype],
-                             t.shape if shape is None else shape,  # the driver copies it into a tuple
-                             t.stride() if strides is None else strides)
+    return _new_tuple(_TensorRef, (False, t.get_device(), t.data_ptr(), TO_CODE[t.dtype],
+                                   t.shape if shape is None else shape,  # the driver makes it a tuple
+                                   t.stride() if strides is None else strides))
 
 
 def host_ref(t: torch.Tensor) -> runtime.TensorRef:
@@ -30,12 +34,28 @@ def host_ref(t: torch.Tensor) -> runtime.TensorRef:
 
 
 def broadcast_shape(*shapes) -> tuple:
-    """torch.broadcast_shapes, with the common equal-shapes case answered without it (the
-    general version costs ~9 us, a large share of a tiny op's budget)."""
+    """torch.broadcast_shapes, in plain Python (the torch version costs ~10 us, most of a tiny op's
+    budget): equal shapes and a 0-dim operand are answered at once."""
     first = shapes[0]
-    if len(shapes) == 2 and shapes[1] == first:
-        return first
-    return tuple(torch.broadcast_shapes(*shapes))
+    if len(shapes) == 2:
+        second = shapes[1]
+        if second == first or not second:
+            return first
+        if not first:
+            return second
+    ndim = max(len(shape) for shape in shapes)
+    result = [1] * ndim
+    for shape in shapes:
+        offset = ndim - len(shape)
+        for i, n in enumerate(shape):
+            r = result[offset + i]
+            if n != r:
+                if r == 1:
+                    result[offset + i] = n
+                elif n != 1:
+                    raise RuntimeError(f"The size of tensor a ({r}) must match the size of tensor b ({n}) "
+                                       f"at non-singleton dimension {offset + i}")
+    return tuple(result)
 
 
 def broadcast_strides(t: torch.Tensor, shape) -> tuple:
@@ -107,7 +127,7 @@ def prepare_out(op: str, out: torch.Tensor, shape, result_dtype) -> None:
         else:
             raise RuntimeError(f"{op}: output with shape {list(out.shape)} doesn't match the broadcast "
                                f"shape {list(shape)}")
-    if not torch.can_cast(result_dtype, out.dtype):
+    if out.dtype != result_dtype and not torch.can_cast(result_dtype, out.dtype):
         raise RuntimeError(f"{op}: result type {result_dtype} can't be cast to the desired output type "
                            f"{out.dtype}")
 
@@ -118,6 +138,9 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
         return start, start + t.numel() * t.element_size()
     span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
     return start, start + span * t.element_size()
+
+
+_is_alias_of = torch._C._is_alias_of  # same storage (ATen's is_alias_of)
 
 
 def check_overlap(op: str, out: torch.Tensor, *inputs) -> None:
@@ -132,8 +155,8 @@ def check_overlap(op: str, out: torch.Tensor, *inputs) -> None:
     # across storages of a device, so ranges that do not meet cannot share memory.
     lo = hi = None
     for t in inputs:
-        if t is out or not isinstance(t, torch.Tensor) or t.numel() == 0:
-            continue
+        if t is out or not isinstance(t, torch.Tensor) or not _is_alias_of(t, out) or t.numel() == 0:
+            continue  # another storage cannot share memory with out (allocations are disjoint)
         if lo is None:
             lo, hi = _byte_range(out)
         tlo, thi = _byte_range(t)

@@ -71,44 +71,88 @@ def _check_alpha(result_dtype, alpha):
         raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
 
 
+def _immediate(t):
+    """A Python number or CPU 0-dim tensor as an immediate launch argument (a Python number the
+    kernel casts to the compute dtype with the device's cast rules); None for a device operand."""
+    if isinstance(t, torch.Tensor):
+        if t.get_device() >= 0:
+            return None
+        return t.item()  # a CPU 0-dim tensor (ATen's wrapped number): bool, int or float
+    return t
+
+
+_Tensor = torch.Tensor
+_is_alias_of = torch._C._is_alias_of
+_INPLACE_NAMES = {op: f"aten::{op}_" for op in ("add", "sub", "mul", "div")}
+
+
 def _binary(op: str, a, b, alpha=1, out=None):
+    # The common case first, in as few Python operations as possible (it runs on every step of a
+    # training loop): two emu tensors of one floating dtype, one shape and one device, functional
+    # or in place. Its result dtype is theirs, with no scalar, cast, broadcast or alpha rule to
+    # apply; everything else takes the general path below.
+    if (isinstance(a, _Tensor) and isinstance(b, _Tensor) and (out is None or out is a)
+            and a.dtype is b.dtype and a.dtype in FLOATING and a.shape == b.shape):
+        device = a.get_device()
+        if device >= 0 and device == b.get_device() and not (
+                a.dtype in _REDUCED_FLOAT and op in ("mul", "div") and b.dim() == 0):
+            if out is None:
+                out = empty_like_layout(a.shape, a.dtype, device, a, b)
+            elif not out.is_contiguous() or _is_alias_of(b, out):
+                check_overlap(_INPLACE_NAMES[op], out, b)  # only then can out overlap itself or b
+            if out.numel():
+                rt().launch("binary", (op, device_ref(out), device_ref(a), device_ref(b), TO_CODE[a.dtype],
+                                       alpha), current_stream(device))
+            return out
+    return _binary_general(op, a, b, alpha, out)
+
+
+def _binary_general(op: str, a, b, alpha, out):
     name = f"aten::{op}"
     device = common_device(name, a, b)
     result_dtype = torch.result_type(a, b)
+    a_dtype = a.dtype if isinstance(a, torch.Tensor) else None
+    b_dtype = b.dtype if isinstance(b, torch.Tensor) else None
     if op == "div" and not result_dtype.is_floating_point and result_dtype in SUPPORTED:
         result_dtype = torch.get_default_dtype()  # true division of integers/bools is floating
-    if result_dtype not in SUPPORTED or (isinstance(a, torch.Tensor) and a.dtype not in SUPPORTED) \
-            or (isinstance(b, torch.Tensor) and b.dtype not in SUPPORTED):
-        _check_supported(name, *(t.dtype for t in (a, b) if isinstance(t, torch.Tensor)), result_dtype)
+    if result_dtype not in SUPPORTED or (a_dtype is not None and a_dtype not in SUPPORTED) \
+            or (b_dtype is not None and b_dtype not in SUPPORTED):
+        _check_supported(name, *(d for d in (a_dtype, b_dtype) if d is not None), result_dtype)
     if op == "sub":
         _check_sub_operands(a, b)
-    _check_alpha(result_dtype, alpha)
+    if alpha != 1:
+        _check_alpha(result_dtype, alpha)
     shape = broadcast_shape(_shape(a), _shape(b))
     if out is None:
         out = empty_like_layout(shape, result_dtype, device, a, b)
     else:
         if out is not a:
             common_device(name, out, a)
-        _check_supported(name, out.dtype)
+            _check_supported(name, out.dtype)
         prepare_out(name, out, shape, result_dtype)
         check_overlap(name, out, a, b)
     if out.numel() == 0:
         return out
     compute_dtype = result_dtype
-    b_dtype = result_dtype
-    if (op in ("mul", "div") and result_dtype in _REDUCED_FLOAT and _is_scalar_operand(b)
-            and isinstance(a, torch.Tensor) and a.dtype == result_dtype and out.dtype == result_dtype):
+    if (result_dtype in _REDUCED_FLOAT and op in ("mul", "div") and _is_scalar_operand(b)
+            and a_dtype == result_dtype and out.dtype == result_dtype):
         # CPU's mul for float16/bfloat16 reads a scalar second operand unrounded in float32
         # ("opmath", TensorIterator's original_scalar_value) and rounds the product once; rounding
         # the scalar to float16 first differed from CPU in ~1/3 of the elements. float32 compute
         # is exact for a float16/bfloat16 ``a`` and the store rounds once. (add/sub round the
         # scalar to the tensor dtype on CPU, and so does this kernel.)
-        compute_dtype = b_dtype = torch.float32
-    a = _as_device_operand(a, result_dtype, device)
-    b = _as_device_operand(b, b_dtype, device)
-    alpha = alpha if result_dtype in FLOATING else int(alpha)
-    rt().launch("binary", (op, device_ref(out), device_ref(a, shape, broadcast_strides(a, shape)),
-                           device_ref(b, shape, broadcast_strides(b, shape)), TO_CODE[compute_dtype], alpha),
+        compute_dtype = torch.float32
+    # Python scalars and CPU 0-dim operands travel in the launch itself: the kernel casts them to
+    # the compute dtype (CPU's wrapping and rounding), with no device buffer and no extra command.
+    a_arg = _immediate(a)
+    if a_arg is None:
+        a_arg = device_ref(a, shape, broadcast_strides(a, shape))
+    b_arg = _immediate(b)
+    if b_arg is None:
+        b_arg = device_ref(b, shape, broadcast_strides(b, shape))
+    if result_dtype not in FLOATING:
+        alpha = int(alpha)
+    rt().launch("binary", (op, device_ref(out), a_arg, b_arg, TO_CODE[compute_dtype], alpha),
                 current_stream(device))
     return out
 
