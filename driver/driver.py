@@ -21,6 +21,7 @@ from driver.firmware_loader import load_and_check
 from driver.memory_manager import VA_WINDOW, AddressSpace, AddressSpaceExhausted, PhysicalAllocator
 from firmware import (ConfigError, FirmwareImage, HostTransport, Platform, WaitNeverSatisfied, abi,
                       describe_description, load_description)
+from firmware.lru import LRUCache
 
 log = logging.getLogger("seed.driver")
 
@@ -30,6 +31,9 @@ MAX_RANK = 12
 _ITEMSIZE = abi.ELEMENT_SIZE
 _INT = frozenset({int})
 _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type(None)})
+_LAUNCH = abi.Opcode.LAUNCH
+_new_tuple = tuple.__new__  # builds ABI records without their Python-level namedtuple __new__
+DESCRIPTOR_CACHE_ENTRIES = 4096
 
 
 def load_configuration(preset: str, path: str | None = None):
@@ -51,6 +55,9 @@ class Context:
         self.asid = asid
         self.space = space
         self.fault: FirmwareRecordError | None = None
+        # TensorRef -> validated abi.TensorDescriptor. Validation is a pure function of the operand
+        # and the context, and a training loop launches the same operands over and over.
+        self.descriptors = LRUCache(DESCRIPTOR_CACHE_ENTRIES)
 
 
 class Queue:
@@ -72,6 +79,8 @@ class Driver:
         self._seq = itertools.count(1)
         self._asids = itertools.count(1)
         self._semaphores = itertools.count(1)
+        self._free_semaphores: dict[int, list[int]] = {}              # device -> recyclable ids
+        self._retired_semaphores: dict[int, list[tuple[int, int]]] = {}  # device -> (id, last value)
         self.firmware_versions = []
         self._contexts: dict[int, Context] = {}
         self._physical = []
@@ -81,7 +90,6 @@ class Driver:
             self._physical.append(PhysicalAllocator(endpoint.memory_bytes, endpoint.page_size))
         self.interrupts = 0
         self.resets = 0
-        self._descriptors: dict = {}  # (TensorRef, asid) -> validated abi.TensorDescriptor
 
     # -- discovery -------------------------------------------------------
     @property
@@ -164,22 +172,49 @@ class Driver:
             return Queue(context, self._endpoint(context.device).create_ring())
 
     def new_semaphore(self, device: int) -> int:
+        """A fence semaphore of ``device``. Released ones are recycled, so it may not start at 0:
+        its owner counts from its current value (``semaphore_value``)."""
         self._endpoint(device)
-        return next(self._semaphores)
+        with self.lock:
+            free = self._free_semaphores.setdefault(device, [])
+            if not free:
+                self._collect_semaphores(device)
+            return free.pop() if free else next(self._semaphores)
+
+    def release_semaphore(self, device: int, semaphore: int, last_value: int) -> None:
+        """The owner is done with ``semaphore``, whose last signal is ``last_value``. It is handed out
+        again once that signal executed: values only grow, so a queued wait of the old owner is
+        already satisfied and the new owner's values lie above every old one."""
+        with self.lock:
+            retired = self._retired_semaphores.setdefault(device, [])
+            retired.append((semaphore, last_value))
+            if len(retired) >= 64:
+                self._collect_semaphores(device)
+
+    def _collect_semaphores(self, device: int) -> None:
+        retired = self._retired_semaphores.get(device)
+        if not retired:
+            return
+        endpoint = self._endpoint(device)
+        waiting = []
+        free = self._free_semaphores.setdefault(device, [])
+        for semaphore, last_value in retired:
+            if endpoint.semaphore_value(semaphore) >= last_value:
+                free.append(semaphore)
+            else:
+                waiting.append((semaphore, last_value))
+        self._retired_semaphores[device] = waiting
 
     def _checked_descriptor(self, ref, queue: Queue) -> abi.TensorDescriptor:
-        """_descriptor, remembered: validation is a pure function of the operand and the queue,
-        and a training loop launches the same operands over and over."""
+        """_descriptor, remembered per context (a bounded LRU cache)."""
+        cache = queue.context.descriptors
         try:
-            key = (ref, queue.context.asid)
-            desc = self._descriptors.get(key)
+            desc = cache.get(ref)
         except TypeError:  # unhashable contents: let validation say what is wrong
             return self._descriptor(ref, queue)
         if desc is None:
             desc = self._descriptor(ref, queue)
-            if len(self._descriptors) >= 4096:
-                self._descriptors.clear()
-            self._descriptors[key] = desc
+            cache.put(ref, desc)
         return desc
 
     def _descriptor(self, ref, queue: Queue, peer_asids=None) -> abi.TensorDescriptor:
@@ -226,11 +261,15 @@ class Driver:
         return self._submit(queue, abi.FillCommand, abi.Opcode.FILL, d, value)
 
     def submit_launch(self, queue: Queue, kernel: str, args: tuple) -> int:
-        resolved = tuple(self._checked_descriptor(a, queue) if type(a) is TensorRef else a for a in args)
-        for a in resolved:
-            if type(a) not in _LAUNCH_ARG_TYPES:
+        resolved = []
+        for a in args:
+            kind = type(a)
+            if kind is TensorRef:
+                a = self._checked_descriptor(a, queue)
+            elif kind not in _LAUNCH_ARG_TYPES:
                 raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
-        return self._submit(queue, abi.LaunchCommand, abi.Opcode.LAUNCH, kernel, resolved)
+            resolved.append(a)
+        return self._submit(queue, abi.LaunchCommand, _LAUNCH, kernel, tuple(resolved))
 
     def submit_signal(self, queue: Queue, semaphore: int, value: int) -> int:
         return self._submit(queue, abi.SignalCommand, abi.Opcode.SIGNAL, semaphore, value)
@@ -244,8 +283,10 @@ class Driver:
         with self.lock:
             endpoint = self._devices[queue.device]
             seq = next(self._seq)
-            command = command_type(opcode, seq, queue.context.asid, *fields)
-            while not endpoint.submit(queue.ring_id, self._host_now(), command):
+            command = _new_tuple(command_type, (opcode, seq, queue.context.asid, *fields))
+            clock = self.host_clock
+            while not endpoint.submit(queue.ring_id, clock.now_ns if clock is not None else self.transport.now_ns(),
+                                      command):
                 # Back-pressure: the host blocks until the firmware drained half the ring
                 # (one wake-up per half ring keeps the simulation batched).
                 half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
@@ -332,6 +373,14 @@ class Driver:
                 endpoint.clear_context_fault(context.asid)
             self.resets += 1
             return dump
+
+    def configure_trace(self, entries: int) -> None:
+        """Every device keeps its last ``entries`` command trace records (0: no trace)."""
+        if type(entries) is not int or entries < 0:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"trace entries must be an int >= 0, got {entries!r}")
+        with self.lock:
+            for endpoint in self._devices:
+                endpoint.configure_trace(entries)
 
     def telemetry(self, device: int) -> dict:
         return self._endpoint(device).telemetry()

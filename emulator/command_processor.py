@@ -38,6 +38,18 @@ class CommandRing:
         self._slots.append(command)
         self.submitted += 1
 
+    def push(self, command) -> bool:
+        """write() and ring_doorbell() in one call; False (nothing written) when the ring is full."""
+        slots = self._slots
+        if len(slots) >= self.entries:
+            return False
+        slots.append(command)
+        self.submitted += 1
+        doorbell = self._doorbell
+        if not doorbell.triggered:
+            doorbell.succeed()
+        return True
+
     def ring_doorbell(self) -> None:
         if not self._doorbell.triggered:
             self._doorbell.succeed()

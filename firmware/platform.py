@@ -52,12 +52,7 @@ class DeviceEndpoint(DeviceTransport):
         self._rings[ring_id].ring_doorbell()
 
     def submit(self, ring_id: int, submit_ns: float, command) -> bool:
-        ring = self._rings[ring_id]
-        if not ring.free_slots():
-            return False
-        ring.write((submit_ns, command))
-        ring.ring_doorbell()
-        return True
+        return self._rings[ring_id].push((submit_ns, command))
 
     def wait_ring_space(self, ring_id: int, min_free: int = 1) -> float:
         ring = self._rings[ring_id]

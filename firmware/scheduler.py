@@ -20,6 +20,7 @@ from emulator.kernels import dtypes
 from emulator.kernels.library import KERNELS, Operand
 from firmware import abi
 from firmware.image import FirmwareImage
+from firmware.lru import LRUCache
 
 log = logging.getLogger("seed.firmware")
 
@@ -27,7 +28,8 @@ TRACE_ENTRIES = 200_000
 _SIGNAL, _WAIT = int(abi.Opcode.SIGNAL), int(abi.Opcode.WAIT)
 _COPY, _FILL, _LAUNCH = int(abi.Opcode.COPY), int(abi.Opcode.FILL), int(abi.Opcode.LAUNCH)
 _DEVICE = int(abi.MemorySpace.DEVICE)
-_RESOLVED_ENTRIES = _DECODED_ENTRIES = 4096  # bounded timeline; aggregate statistics cover the whole run
+_RESOLVED_ENTRIES = _DECODED_ENTRIES = 4096  # LRU-bounded caches of the hot path
+_new_tuple = tuple.__new__  # builds trace records without their Python-level namedtuple __new__
 
 
 def check_element_types() -> None:
@@ -55,8 +57,9 @@ class FirmwareInstance:
         self.trace: deque | None = deque(maxlen=TRACE_ENTRIES)
         self.kernel_stats: dict[str, KernelStats] = {}
         self.commands_executed = 0
-        self._resolved: dict = {}  # TensorDescriptor -> (MMU generation, Operand)
-        self._launches: dict = {}  # (kernel, launch args) -> decoded launch (see _book_kernel)
+        self._resolved = LRUCache(_RESOLVED_ENTRIES)  # TensorDescriptor -> (MMU generation, Operand)
+        self._launches = LRUCache(_DECODED_ENTRIES)   # (kernel, launch args) -> decoded launch
+        self._mmu = device.mmu
 
     def configure_trace(self, entries: int) -> None:
         """Keeps the last ``entries`` trace records (the newest ones are kept); 0 switches it off."""
@@ -75,19 +78,46 @@ class FirmwareInstance:
     def _ring_process(self, ring):
         decode_ns = self.device.command_processor.config.decode_ns
         env = self.env
+        peek = env.peek
+        # Work booked on an engine whose effect on memory is due at its end: (command, work, end).
+        # It completes when the ring's next command may start (nothing can observe memory in
+        # between: other rings only see it after a SIGNAL, which this ring executes after completing
+        # the work, and the host only after a synchronisation on such a signal).
+        pending = None
+        ring_time = 0.0  # when the ring's last command was booked (>= env.now while booking ahead)
         while True:
             if not len(ring):
+                if pending is not None:
+                    if pending[2] > env.now:
+                        yield env.timeout(pending[2] - env.now)
+                    self._complete(ring, pending)
+                    pending = None
+                    continue  # more may have arrived meanwhile
                 yield ring.doorbell()
             submit_ns, command = ring.read()
-            # The command cannot start before the host wrote it, plus fetch and decode.
-            # Nothing about it (not even a fault) happens earlier, and engines are booked only
-            # by commands that are ready, so an idle engine serves whoever is ready first.
-            # Decode is pipelined: it overlaps the previous command of the ring, so a backlog
-            # of commands pays it only once.
-            ready = max(env.now, submit_ns + decode_ns)
-            if ready > env.now:
-                yield env.timeout(ready - env.now)
+            # The command cannot start before the host wrote it, plus fetch and decode, nor
+            # before the ring's previous command completed. Nothing about it (not even a fault)
+            # happens earlier. Decode is pipelined: it overlaps the previous command of the ring,
+            # so a backlog of commands pays it only once.
+            wake = submit_ns + decode_ns
+            if pending is not None and pending[2] > wake:
+                wake = pending[2]
+            if ring_time > wake:
+                wake = ring_time
             op = command[0]
+            now = env.now
+            if wake > now:
+                if op == _SIGNAL or op == _WAIT or peek() < wake:
+                    # Signals and waits act at their own time. Other commands are booked ahead of
+                    # the simulation clock only while no other event can happen before they start,
+                    # so engines still serve requests in the order of their simulated time, and a
+                    # busy ring costs no DES event per command.
+                    yield env.timeout(wake - now)
+                now = wake
+            ring_time = now
+            if pending is not None:
+                self._complete(ring, pending)
+                pending = None
             if op == _SIGNAL or op == _WAIT:
                 if op == _SIGNAL:
                     self._signal(ring, command)
@@ -99,25 +129,35 @@ class FirmwareInstance:
             if command.asid in self.faulted_asids:
                 continue  # ABORTED: the context is poisoned, skip the work, keep fences moving
             try:
-                # Book the engine (faults in operand translation surface here), wait until the
-                # work ends in simulated time, then do its effect on memory.
+                # Book the engine (faults in operand translation surface here); the effect on
+                # memory happens when the work ends in simulated time (_complete).
                 if op == _LAUNCH:
-                    end, finish = self._book_kernel(ring, command, command.kernel, command.args)
+                    end, work = self._book_kernel(command.kernel, command.args, now)
                 elif op == _COPY:
-                    end, finish = self._book_copy(ring, command)
+                    end, work = self._book_copy(command, now)
                 elif op == _FILL:
-                    end, finish = self._book_kernel(ring, command, "fill", (command.dst, command.value))
+                    end, work = self._book_kernel("fill", (command.dst, command.value), now)
                 else:
                     raise HardwareFault(FaultRecord("invalid_command", "command_processor", self.device.index,
-                                                    None, env.now, f"invalid opcode {op!r}"))
-                if end > env.now:
-                    yield env.timeout(end - env.now)
-                finish()
+                                                    None, now, f"invalid opcode {op!r}"))
+                pending = (command, work, end)
             except (HardwareFault, KernelArgumentError) as fault:  # a device fault: sticky for the context
-                self._record_error(ring, command, fault)
+                self._record_error(ring, command, fault, now)
             except Exception as err:  # anything else is a bug in the emulator, not the user's fault
-                self._report_bug(ring, command, err)
-            self.commands_executed += 1
+                self._report_bug(ring, command, err, now)
+
+    def _complete(self, ring, pending) -> None:
+        """Performs booked work's effect on device memory (the Cython kernel runs now)."""
+        command, work, end = pending
+        run, operands, label, unit, start, end, nbytes, flops = work
+        try:
+            run(*operands)
+            self._account(ring, command, label, unit, start, end, nbytes, flops)
+        except (HardwareFault, KernelArgumentError) as fault:
+            self._record_error(ring, command, fault, end)
+        except Exception as err:
+            self._report_bug(ring, command, err, end)
+        self.commands_executed += 1
 
     def _signal(self, ring, command):
         sems = self.device.command_processor.semaphores
@@ -125,7 +165,7 @@ class FirmwareInstance:
         self.device.interrupts.raise_irq(abi.Irq.COMPLETION, abi.Completion(
             self.device.index, ring.ring_id, command.seq, command.semaphore, command.value, self.env.now))
 
-    def _record_error(self, ring, command, err):
+    def _record_error(self, ring, command, err, when: float):
         if isinstance(err, HardwareFault):
             rec = err.record
             status = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS_ERROR,
@@ -137,18 +177,18 @@ class FirmwareInstance:
             status, unit, address = abi.Status.KERNEL_FAULT, self._unit_of(command), None
             detail = f"{type(err).__name__}: {err}"
         record = abi.ErrorRecord(status, self.device.index, ring.ring_id, command.seq, command.asid,
-                                 unit, address, self.env.now, detail)
+                                 unit, address, when, detail)
         self.faulted_asids[command.asid] = record
         log.info("device %d: %s", self.device.index, record)
         self.device.interrupts.raise_irq(abi.Irq.ERROR, record)
 
-    def _report_bug(self, ring, command, err):
+    def _report_bug(self, ring, command, err, when: float):
         """An exception that is neither a hardware fault nor a kernel argument error: an emulator
         bug. Reported as an INTERNAL_ERROR interrupt with the traceback; the context is NOT
         faulted, and the ring goes on with its next command."""
         text = "".join(traceback.format_exception(type(err), err, err.__traceback__))
         record = abi.InternalErrorRecord(self.device.index, ring.ring_id, command.seq, command.asid,
-                                         self._unit_of(command), self.env.now,
+                                         self._unit_of(command), when,
                                          f"{type(err).__name__}: {err}", text)
         log.error("device %d: emulator bug while executing command %d on ring %d:\n%s",
                   self.device.index, command.seq, ring.ring_id, text)
@@ -179,15 +219,13 @@ class FirmwareInstance:
         device = self.device.peers[desc.device]
         physical = device.mmu.translate(desc.asid, desc.address, span, unit)
         operand = Operand(device.hbm.host_address(physical, span), desc.dtype, shape, strides)
-        if len(self._resolved) >= _RESOLVED_ENTRIES:
-            self._resolved.clear()
-        self._resolved[desc] = (device.mmu.generation, operand)
+        self._resolved.put(desc, (device.mmu.generation, operand))
         return operand
 
     def _resolve_args(self, args, unit):
         return [self._resolve(a, unit) if type(a) is abi.TensorDescriptor else a for a in args]
 
-    def _book_copy(self, ring, command):
+    def _book_copy(self, command, now: float):
         dst, src = command.dst, command.src
         dev = self.device
         nbytes = prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
@@ -207,37 +245,28 @@ class FirmwareInstance:
         out = self._resolve(dst, "dma")
         inp = self._resolve(src, "dma")
         engine = dev.dma.engines.first_free()
-        start = engine.earliest_start(self.env.now)
+        start = engine.earliest_start(now)
         if link is not None:
             start = link.earliest_start(start)
             link.hold(start, duration)
         end = engine.hold(start, duration)
 
-        def finish():
-            KERNELS["copy"].run(out, inp)
-            self._account(ring, command, f"memcpy_{counter}", "dma", start, nbytes, 0)
-        return end, finish
+        return end, (KERNELS["copy"].run, (out, inp), f"memcpy_{counter}", "dma", start, end, nbytes, 0)
 
-    def _book_kernel(self, ring, command, name, args):
+    def _book_kernel(self, name, args, now: float):
         # A launch's operands and cost depend only on its arguments and the page tables, so
         # a repeated launch (a training loop's) is decoded once (the TLB's and the command
         # processor's job; invalidated by any page-table change).
         key = (name, args)
-        generation = self.device.mmu.generation
+        generation = self._mmu.generation
         decoded = self._launches.get(key)
         if decoded is None or decoded[0] != generation:
             decoded = self._decode_launch(name, args, generation)
-            if len(self._launches) >= _DECODED_ENTRIES:
-                self._launches.clear()
-            self._launches[key] = decoded
-        _, kernel, engine, unit, label, operands, duration, nbytes, flops = decoded
-        start = engine.timeline.earliest_start(self.env.now)
-        end = engine.timeline.hold(start, duration)
-
-        def finish():
-            kernel.run(*operands)
-            self._account(ring, command, label, unit, start, nbytes, flops)
-        return end, finish
+            self._launches.put(key, decoded)
+        _, run, timeline, unit, label, operands, duration, nbytes, flops = decoded
+        start = timeline.free_at if timeline.free_at > now else now
+        end = timeline.hold(start, duration)
+        return end, (run, operands, label, unit, start, end, nbytes, flops)
 
     def _decode_launch(self, name, args, generation):
         kernel = KERNELS.get(name)
@@ -249,18 +278,18 @@ class FirmwareInstance:
         if name != "fill":
             duration += self.device.command_processor.config.launch_ns
         label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
-        return (generation, kernel, self.device.engine(kernel.engine), unit, label, operands,
-                duration, nbytes, flops)
+        return (generation, kernel.run, self.device.engine(kernel.engine).timeline, unit, label,
+                tuple(operands), duration, nbytes, flops)
 
-    def _account(self, ring, command, name, engine, start, nbytes, flops):
+    def _account(self, ring, command, name, engine, start, end, nbytes, flops):
         if self.trace is not None:
-            self.trace.append(abi.TraceEntry(self.device.index, ring.ring_id, command.seq, name, engine,
-                                             start, self.env.now, nbytes, flops))
+            self.trace.append(_new_tuple(abi.TraceEntry, (self.device.index, ring.ring_id, command.seq, name,
+                                                          engine, start, end, nbytes, flops)))
         stats = self.kernel_stats.get(name)
         if stats is None:
             stats = self.kernel_stats[name] = KernelStats()
         stats.count += 1
-        stats.busy_ns += self.env.now - start
+        stats.busy_ns += end - start
         stats.nbytes += nbytes
         stats.flops += flops
 

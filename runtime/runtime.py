@@ -72,6 +72,7 @@ class Runtime:
             raise translate_driver_error(err) from err
         self.lock = self.driver.lock
         self.launch_blocking = self.settings.launch_blocking
+        self.set_trace_entries(self.settings.trace_entries)
         log.info("emulated system %r powered on: %d x %s, firmware %s", self.config.name,
                  self.driver.device_count, self.config.device.name,
                  ".".join(map(str, self.driver.firmware_versions[0])))
@@ -195,12 +196,18 @@ class Runtime:
         self.device(device)
         return Event(self, device, enable_timing)
 
+    def event_destroy(self, event: Event) -> None:
+        """Recycles the event's semaphore once its last record has executed."""
+        with self.lock:
+            event.release()
+
     def event_record(self, event: Event, stream: Stream) -> None:
         with self.lock:
             self.clock.charge_call()
             self._check(stream.device)
+            if event.device != stream.device:
+                event.bind(stream.device)  # a semaphore lives in one device's fence bank
             event.count += 1
-            event.device = stream.device
             self.driver.submit_signal(stream.queue, event.semaphore, event.count)
 
     def stream_wait_event(self, stream: Stream, event: Event) -> None:
@@ -257,6 +264,7 @@ class Runtime:
                 before = self.event_create(peer)
                 self.event_record(before, peer_stream)
                 self.stream_wait_event(stream, before)
+                self.event_destroy(before)
             try:
                 self.driver.submit_copy(stream.queue, dst, src, peer_asids=peers)
             except DriverError as err:
@@ -265,13 +273,26 @@ class Runtime:
                 after = self.event_create(stream.device)
                 self.event_record(after, stream)
                 self.stream_wait_event(peer_stream, after)
+                self.event_destroy(after)
             self._after_submit(stream, blocking)
 
     def memset(self, dst: TensorRef, value, stream: Stream) -> None:
         self._enqueue(stream, self.driver.submit_fill, dst, value)
 
     def launch(self, kernel: str, args: tuple, stream: Stream) -> None:
-        self._enqueue(stream, self.driver.submit_launch, kernel, args)
+        # _enqueue, flattened: this is the hot path of every op.
+        with self.lock:
+            self.clock.charge_call()
+            fault = stream.queue.context.fault
+            if fault is not None:
+                raise translate_driver_error(fault) from fault
+            try:
+                self.driver.submit_launch(stream.queue, kernel, args)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            stream.dirty = True
+            if self.launch_blocking:
+                self.stream_synchronize(stream)
 
     def _enqueue(self, stream: Stream, submit, *args) -> None:
         with self.lock:
@@ -298,6 +319,14 @@ class Runtime:
         """
         with self.lock:
             return self.clock.charge_host_work(flops, nbytes)
+
+    def set_trace_entries(self, entries: int) -> None:
+        """How many command trace records each device keeps (0 switches the trace off; the
+        per-kernel statistics of the performance report are kept either way)."""
+        try:
+            self.driver.configure_trace(entries)
+        except DriverError as err:
+            raise translate_driver_error(err) from err
 
     def telemetry(self, device: int) -> dict:
         with self.lock:

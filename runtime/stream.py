@@ -18,11 +18,12 @@ class Stream:
         self.queue = queue
         self.priority = priority
         self.semaphore = runtime.driver.new_semaphore(device)
-        self._last_mark = 0
+        # A recycled semaphore starts where its last owner left it: marks count on from there.
+        self._base = self._last_mark = runtime.driver.semaphore_value(device, self.semaphore)
         self.dirty = False  # work submitted since the last mark
 
     def record_mark(self) -> int:
-        if self.dirty or self._last_mark == 0:
+        if self.dirty or self._last_mark == self._base:
             self._last_mark += 1
             self._rt.driver.submit_signal(self.queue, self.semaphore, self._last_mark)
             self.dirty = False
@@ -54,14 +55,30 @@ class Stream:
 class Event:
     def __init__(self, runtime, device: int, enable_timing: bool = False):
         self._rt = runtime
-        self.device = device
         self.enable_timing = enable_timing
-        self.semaphore = runtime.driver.new_semaphore(device)
-        self.count = 0
+        self.device = -1
+        self.semaphore = None
+        self.bind(device)
+
+    def bind(self, device: int) -> None:
+        """Takes a semaphore of ``device`` (giving back the one of another device, if any). A
+        recycled semaphore starts where its last owner left it: records count on from there."""
+        driver = self._rt.driver
+        if self.semaphore is not None:
+            driver.release_semaphore(self.device, self.semaphore, self.count)
+        self.device = device
+        self.semaphore = driver.new_semaphore(device)
+        self.base = self.count = driver.semaphore_value(device, self.semaphore)
+
+    def release(self) -> None:
+        """The event is destroyed: its semaphore is recycled once its last record executed."""
+        if self.semaphore is not None:
+            self._rt.driver.release_semaphore(self.device, self.semaphore, self.count)
+            self.semaphore = None
 
     @property
     def recorded(self) -> bool:
-        return self.count > 0
+        return self.count > self.base
 
     def __repr__(self) -> str:
         return f"<runtime.Event emu:{self.device} sem={self.semaphore} count={self.count}>"

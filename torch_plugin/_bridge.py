@@ -106,7 +106,9 @@ class Bridge:
         return _rt().event_elapsed_ms(self._events[start_id], self._events[end_id])
 
     def event_destroy(self, event_id: int, device: int) -> None:
-        self._events.pop(event_id, None)
+        event = self._events.pop(event_id, None)
+        if event is not None and runtime.is_initialized():
+            _rt().event_destroy(event)  # the C++ deleter calls this through call_noexcept
 
     @raises_torch_errors
     def record_stream(self, device: int, ptr: int, stream_id: int) -> None:

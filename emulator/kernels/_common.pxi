@@ -156,6 +156,11 @@ cdef inline bint is_floating(int dt) noexcept nogil:
 
 cdef int check_dtype(object dt, str what) except -1:
     """Return the dtype code as a C int; KernelArgumentError (a ValueError) for anything unknown."""
+    cdef long code
+    if type(dt) is int:  # the common case, checked without Python-level calls (hot path)
+        code = dt
+        if 0 <= code < NUM_DTYPES:
+            return <int>code
     if isinstance(dt, bool) or not hasattr(dt, "__index__") or not (0 <= dt.__index__() < NUM_DTYPES):
         raise KernelArgumentError(f"{what}: unknown dtype code {dt!r} (expected 0..9)")
     return dt.__index__()
@@ -163,6 +168,13 @@ cdef int check_dtype(object dt, str what) except -1:
 
 cdef char* as_ptr(object addr, str what) except NULL:
     """Host pointer from a Python int; only called when elements will be touched."""
+    cdef unsigned long long value
+    if type(addr) is int and addr > 0:  # the common case, without Python-level calls (hot path)
+        try:
+            value = addr
+        except OverflowError:
+            raise KernelArgumentError(f"{what}: invalid address {addr!r}") from None
+        return <char*><uintptr_t>value
     if isinstance(addr, bool) or not hasattr(addr, "__index__") or not (0 < addr.__index__() < 2**64):
         raise KernelArgumentError(f"{what}: invalid address {addr!r}")
     return <char*><uintptr_t>(<uint64_t>addr.__index__())

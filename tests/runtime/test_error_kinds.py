@@ -34,7 +34,7 @@ def _chain(err):
 def test_stream_waiting_on_an_event_nobody_signals_is_a_stream_error(rt):
     stream = rt.stream_create(0)
     never = rt.event_create(0)
-    never.count = 1                       # as if recorded, but no signal was ever queued
+    never.count = never.base + 1          # as if recorded, but no signal was ever queued
     rt.stream_wait_event(stream, never)
     with pytest.raises(runtime.StreamError) as info:
         stream.synchronize()
@@ -60,7 +60,7 @@ def test_stream_waiting_on_an_event_nobody_signals_is_a_stream_error(rt):
 
 def test_event_synchronize_that_can_never_complete_names_the_event(rt):
     never = rt.event_create(0)
-    never.count = 3
+    never.count = never.base + 3
     with pytest.raises(runtime.StreamError) as info:
         rt.event_synchronize(never)
     message = str(info.value)

@@ -21,9 +21,13 @@ _counts: dict[str, Counter] = {NATIVE: Counter(), HOST_FALLBACK: Counter(), HOST
 _counts_lock = threading.Lock()
 _fallback_allowed = True
 _libraries = []  # keep Library objects alive, or their registrations vanish
-# .fell_back: the running native kernel handed its op to the host;
-# .in_fallback: the host fallback is copying operands or results (see in_host_fallback()).
-_local = threading.local()
+class _ThreadState(threading.local):
+    """Per-thread path state (class attributes are each thread's defaults)."""
+    fallbacks = 0         # host fallbacks this thread ran: a native kernel that saw it grow fell back
+    in_fallback = False   # the host fallback is copying operands or results (see in_host_fallback())
+
+
+_local = _ThreadState()
 
 
 def count(op: str, path: str) -> None:
@@ -43,14 +47,15 @@ def reset_op_stats() -> None:
 
 
 def mark_fell_back() -> None:
-    _local.fell_back = True
+    """The host fallback ran an op: the native kernel it ran inside (if any) is not counted native."""
+    _local.fallbacks += 1
 
 
 @contextlib.contextmanager
 def in_host_fallback():
     """Native kernels run inside this block are the host fallback's copies: they are counted
     under op_stats()["host_fallback_copies"], not "native" (thread-local, nests)."""
-    saved = getattr(_local, "in_fallback", False)
+    saved = _local.in_fallback
     _local.in_fallback = True
     try:
         yield
@@ -78,17 +83,14 @@ def _native(name: str, fn):
     # One flat wrapper (it runs on every op: each frame costs). Exactly one path is counted
     # per op instance: a kernel that hands its op to the host fallback is not counted native.
     def kernel(*args, **kwargs):
-        saved = getattr(_local, "fell_back", False)
-        _local.fell_back = False
+        local = _local
+        before = local.fallbacks
         try:
             result = fn(*args, **kwargs)
         except runtime.EmuError as err:
             raise translate(err) from err
-        finally:
-            fell_back, _local.fell_back = _local.fell_back, saved
-        if not fell_back:
-            # The one extra attribute read of the hot path: is the host fallback copying?
-            counter = copies if getattr(_local, "in_fallback", False) else native
+        if local.fallbacks == before:  # no host fallback ran inside this kernel
+            counter = copies if local.in_fallback else native
             with _counts_lock:
                 counter[op] += 1
         return result
