@@ -58,40 +58,47 @@ def segment_size(size: int) -> int:
     return -(-size // ROUND_LARGE) * ROUND_LARGE
 
 
-class Stat:
-    """One torch memory statistic: current, peak, and lifetime allocated/freed totals."""
+STATS = ("allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
+         "active_bytes", "inactive_split_bytes", "requested_bytes")
+(ALLOCATION, SEGMENT, ACTIVE, INACTIVE_SPLIT, ALLOCATED_BYTES, RESERVED_BYTES, ACTIVE_BYTES,
+ INACTIVE_SPLIT_BYTES, REQUESTED_BYTES) = range(0, 3 * len(STATS), 3)
+
+
+class Stats:
+    """torch's memory statistics: for each (statistic, pool) its current value, peak, and lifetime
+    allocated/freed totals. Flat lists indexed by statistic + pool (0 "all", 1 small, 2 large):
+    the allocator updates several on every malloc and free, so each update is a few list ops."""
 
     __slots__ = ("current", "peak", "allocated", "freed")
 
     def __init__(self):
-        self.current = self.peak = self.allocated = self.freed = 0
+        n = 3 * len(STATS)
+        self.current, self.peak, self.allocated, self.freed = [0] * n, [0] * n, [0] * n, [0] * n
 
-    def increase(self, amount: int) -> None:
-        self.current += amount
-        self.allocated += amount
-        if self.current > self.peak:
-            self.peak = self.current
+    def increase(self, pool: int, changes) -> None:
+        """``changes``: (statistic, amount) pairs, applied to "all" and to ``pool``."""
+        current, peak, allocated = self.current, self.peak, self.allocated
+        for stat, amount in changes:
+            value = current[stat] + amount
+            current[stat] = value
+            allocated[stat] += amount
+            if value > peak[stat]:
+                peak[stat] = value
+            i = stat + pool
+            value = current[i] + amount
+            current[i] = value
+            allocated[i] += amount
+            if value > peak[i]:
+                peak[i] = value
 
-    def decrease(self, amount: int) -> None:
-        self.current -= amount
-        self.freed += amount
-
-
-class StatArray:
-    """A statistic for each pool: index 0 is "all", then small and large."""
-
-    __slots__ = ("stats",)
-
-    def __init__(self):
-        self.stats = (Stat(), Stat(), Stat())
-
-    def increase(self, pool: int, amount: int) -> None:
-        self.stats[0].increase(amount)
-        self.stats[pool].increase(amount)
-
-    def decrease(self, pool: int, amount: int) -> None:
-        self.stats[0].decrease(amount)
-        self.stats[pool].decrease(amount)
+    def decrease(self, pool: int, changes) -> None:
+        current, freed = self.current, self.freed
+        for stat, amount in changes:
+            current[stat] -= amount
+            freed[stat] += amount
+            i = stat + pool
+            current[i] -= amount
+            freed[i] += amount
 
 
 class Segment:
@@ -160,9 +167,7 @@ class CachingAllocator:
         self._segments: dict[int, Segment] = {}
         self._pools = {_SMALL: FreePool(), _LARGE: FreePool()}
         self._pending: list[tuple[Block, list]] = []   # (block, [(stream, mark)]) after record_stream
-        self._stats = {name: StatArray() for name in (
-            "allocation", "segment", "active", "inactive_split", "allocated_bytes", "reserved_bytes",
-            "active_bytes", "inactive_split_bytes", "requested_bytes")}
+        self._stats = Stats()
         self.reset_accumulated()
 
     # -- the public entry points -------------------------------------------
@@ -182,12 +187,8 @@ class CachingAllocator:
         block.allocated = True
         block.requested = nbytes
         self._live[block.address] = block
-        s = self._stats
-        s["allocation"].increase(pool, 1)
-        s["allocated_bytes"].increase(pool, block.size)
-        s["active"].increase(pool, 1)
-        s["active_bytes"].increase(pool, block.size)
-        s["requested_bytes"].increase(pool, nbytes)
+        self._stats.increase(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, block.size), (ACTIVE, 1),
+                                    (ACTIVE_BYTES, block.size), (REQUESTED_BYTES, nbytes)))
         return block.address
 
     def free(self, address: int) -> None:
@@ -196,10 +197,8 @@ class CachingAllocator:
             raise InvalidValueError(f"emu:{self.device}: 0x{address:x} is not a live allocation "
                                     f"(double free, or not allocated here)")
         pool = block.segment.pool
-        s = self._stats
-        s["allocation"].decrease(pool, 1)
-        s["allocated_bytes"].decrease(pool, block.size)
-        s["requested_bytes"].decrease(pool, block.requested)
+        self._stats.decrease(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, block.size),
+                                    (REQUESTED_BYTES, block.requested)))
         block.allocated = False
         segment = block.segment
         # Covered by the next mark the segment's stream records (no command on this path).
@@ -237,9 +236,7 @@ class CachingAllocator:
         segment = Segment(address, nbytes, stream, pool)
         segment.first = Block(segment, address, nbytes)
         self._segments[address] = segment
-        s = self._stats
-        s["segment"].increase(pool, 1)
-        s["reserved_bytes"].increase(pool, nbytes)
+        self._stats.increase(pool, ((SEGMENT, 1), (RESERVED_BYTES, nbytes)))
         self.num_driver_allocs += 1
         return segment
 
@@ -274,21 +271,17 @@ class CachingAllocator:
 
     def _take_free(self, block: Block) -> None:
         self._pools[block.segment.pool].remove(block)
-        if block.is_split:
-            self._stats["inactive_split"].decrease(block.segment.pool, 1)
-            self._stats["inactive_split_bytes"].decrease(block.segment.pool, block.size)
+        if block.prev is not None or block.next is not None:  # is_split
+            self._stats.decrease(block.segment.pool, ((INACTIVE_SPLIT, 1), (INACTIVE_SPLIT_BYTES, block.size)))
 
     def _insert_free(self, block: Block) -> None:
         self._pools[block.segment.pool].insert(block)
-        if block.is_split:
-            self._stats["inactive_split"].increase(block.segment.pool, 1)
-            self._stats["inactive_split_bytes"].increase(block.segment.pool, block.size)
+        if block.prev is not None or block.next is not None:  # is_split
+            self._stats.increase(block.segment.pool, ((INACTIVE_SPLIT, 1), (INACTIVE_SPLIT_BYTES, block.size)))
 
     def _free_block(self, block: Block) -> None:
         """A block nobody uses any more: merge it with free neighbours and make it reusable."""
-        pool = block.segment.pool
-        self._stats["active"].decrease(pool, 1)
-        self._stats["active_bytes"].decrease(pool, block.size)
+        self._stats.decrease(block.segment.pool, ((ACTIVE, 1), (ACTIVE_BYTES, block.size)))
         block.pending = False
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated and not neighbour.pending:
@@ -328,8 +321,7 @@ class CachingAllocator:
             self._take_free(block)
             self.driver.release(self.context, segment.address)
             del self._segments[segment.address]
-            self._stats["segment"].decrease(segment.pool, 1)
-            self._stats["reserved_bytes"].decrease(segment.pool, segment.size)
+            self._stats.decrease(segment.pool, ((SEGMENT, 1), (RESERVED_BYTES, segment.size)))
             self.num_driver_frees += 1
             released += 1
         return released
@@ -346,43 +338,41 @@ class CachingAllocator:
     # -- statistics ----------------------------------------------------------
     @property
     def allocated(self) -> int:
-        return self._stats["allocated_bytes"].stats[0].current
+        return self._stats.current[ALLOCATED_BYTES]
 
     @property
     def peak_allocated(self) -> int:
-        return self._stats["allocated_bytes"].stats[0].peak
+        return self._stats.peak[ALLOCATED_BYTES]
 
     @property
     def reserved(self) -> int:
-        return self._stats["reserved_bytes"].stats[0].current
+        return self._stats.current[RESERVED_BYTES]
 
     @property
     def peak_reserved(self) -> int:
-        return self._stats["reserved_bytes"].stats[0].peak
+        return self._stats.peak[RESERVED_BYTES]
 
     def reset_accumulated(self) -> None:
         """Zeroes the counters that only grow (torch's reset_accumulated_memory_stats)."""
-        for array in self._stats.values():
-            for stat in array.stats:
-                stat.allocated = stat.freed = 0
+        n = 3 * len(STATS)
+        self._stats.allocated, self._stats.freed = [0] * n, [0] * n
         self.cache_hits = self.num_driver_allocs = self.num_driver_frees = 0
         self.num_ooms = self.num_retries = 0
 
     def reset_peak(self) -> None:
-        for array in self._stats.values():
-            for stat in array.stats:
-                stat.peak = stat.current
+        self._stats.peak = list(self._stats.current)
 
     def stats(self) -> dict:
         """Statistics in torch.cuda.memory_stats() naming."""
         out = {}
-        for name, array in sorted(self._stats.items()):
-            for pool, stat in zip(POOLS, array.stats):
-                prefix = f"{name}.{pool}."
-                out[prefix + "current"] = stat.current
-                out[prefix + "peak"] = stat.peak
-                out[prefix + "allocated"] = stat.allocated
-                out[prefix + "freed"] = stat.freed
+        s = self._stats
+        for k, name in sorted(enumerate(STATS), key=lambda item: item[1]):
+            for p, pool in enumerate(POOLS):
+                i, prefix = 3 * k + p, f"{name}.{pool}."
+                out[prefix + "current"] = s.current[i]
+                out[prefix + "peak"] = s.peak[i]
+                out[prefix + "allocated"] = s.allocated[i]
+                out[prefix + "freed"] = s.freed[i]
         out.update({
             "num_alloc_retries": self.num_retries,
             "num_ooms": self.num_ooms,
