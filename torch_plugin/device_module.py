@@ -314,7 +314,8 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def op_stats() -> dict:
-    """Counts of op instances by execution path: {"native": {op: n}, "host_fallback": {op: n}}."""
+    """Counts of op instances by execution path: {"native": {op: n}, "host_fallback": {op: n},
+    "host_fallback_copies": {op: n}} (the last: the device copies the host fallback made)."""
     from torch_plugin.ops import registry
     return registry.op_stats()
 
