@@ -1,12 +1,16 @@
 """Firmware running on a device's command processor.
 
-One SimPy process per submission ring reads commands in order, dispatches each
-to an engine (DMA engines, vector or matrix engine), waits its modelled time,
-then performs its functional effect on device memory. Signals write fence
-semaphores and raise a completion interrupt; faults become ``ErrorRecord``s
-raised as error interrupts. After a fault in a context, its later commands are
-not executed (status ABORTED) but its fences are still signalled so the host
-never waits forever; the driver reports the error at the next synchronisation.
+One SimPy process per submission ring reads commands in order and books each on
+an engine (DMA engines, vector or matrix engine) for its modelled time; its
+functional effect on device memory happens once that time has passed, before the
+ring's next command starts. While no other event is due first, a ring books its
+commands ahead of the simulation clock, so a burst costs one DES event. Signals
+write fence semaphores and raise a completion interrupt. Hardware faults and
+kernel argument errors become ``ErrorRecord``s raised as error interrupts; after
+one, the context's later commands are not executed (status ABORTED) but its fences
+are still signalled so the host never waits forever, and the driver reports the
+error at the next synchronisation. Any other exception is an emulator bug: an
+``InternalErrorRecord`` with its traceback, and the ring goes on.
 """
 from __future__ import annotations
 
