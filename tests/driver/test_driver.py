@@ -357,3 +357,35 @@ def test_recover_dumps_state_clears_faults_and_is_idempotent(drv, queue):
 def test_recover_of_a_healthy_device(drv):
     dump = drv.recover(1, "nothing wrong")
     assert dump["faults"] == [] and dump["memory_used"] == 0
+
+
+# -- virtual address spaces ------------------------------------------------------
+
+def test_address_space_reuses_released_ranges(drv):
+    ctx = drv.open_context(0)
+    page = drv.transport.devices[0].page_size
+    a = drv.allocate(ctx, 4 * page)
+    b = drv.allocate(ctx, page)
+    assert b == a + 5 * page                          # a's range plus its guard page
+    drv.release(ctx, a)
+    assert drv.allocate(ctx, 2 * page) == a           # first fit: a's freed range again
+    c = drv.allocate(ctx, page)
+    assert c == a + 3 * page                          # the rest of a's range, guard included
+    drv.release(ctx, b)
+    drv.release(ctx, c)
+
+
+def test_a_request_beyond_the_window_is_refused_not_placed_in_another_device(drv):
+    from driver.memory_manager import AddressSpace, AddressSpaceExhausted
+    space = AddressSpace(0, 7, 64 << 10)
+    first = space.reserve(VA_WINDOW // 2)
+    assert VA_WINDOW <= first < 2 * VA_WINDOW
+    with pytest.raises(AddressSpaceExhausted, match="window"):
+        space.reserve(VA_WINDOW // 2)                 # the guard page makes it not fit
+    space.release(first, VA_WINDOW // 2)
+    assert space.reserve(VA_WINDOW // 2) == first     # reusable once released
+    ctx = drv.open_context(1)
+    with pytest.raises(DriverError) as info:
+        drv.allocate(ctx, VA_WINDOW)                  # never an address of device 2's window
+    assert info.value.status == DriverStatus.OUT_OF_MEMORY and "window" in str(info.value)
+    assert drv.memory_info(1)[0] == drv.memory_info(1)[1]   # nothing was allocated
