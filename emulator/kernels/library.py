@@ -262,4 +262,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("bernoulli", "vector", _bernoulli, _vector_cost(4.0)),
     Kernel("arange", "vector", _arange, _vector_cost(1.0)),
     Kernel("linspace", "vector", _linspace, _vector_cost(2.0)),
+    # -- convolution, pooling, upsampling (conv.pyx)
+    # -- normalization (norm.pyx)
+    # -- indexing and data movement (indexing.pyx)
+    # -- reductions (reduction.pyx)
+    # -- matrix engine (gemm.pyx)
+    # -- losses (losses.pyx)
 )}

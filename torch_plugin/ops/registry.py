@@ -148,6 +148,12 @@ def native_kernels() -> dict:
         "bernoulli_.float": random.bernoulli_float,
         "bernoulli_.Tensor": random.bernoulli_tensor,
         "bernoulli": random.bernoulli,
+        # -- convolution, pooling, upsampling (ops/conv.py)
+        # -- normalization (ops/normalization.py)
+        # -- indexing and data movement (ops/indexing.py)
+        # -- reductions (ops/reduction.py)
+        # -- matrix engine (ops/linalg.py)
+        # -- losses (ops/loss.py)
     }
 
 
