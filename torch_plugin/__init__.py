@@ -28,7 +28,6 @@ def _register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
         registry.register_all()
-        device_module.set_host_fallback = registry.set_host_fallback
         _registered = True
 
 
@@ -42,3 +41,7 @@ def _autoload() -> None:
 import torch  # noqa: E402
 
 _register()
+
+from torch_plugin.errors import HostFallbackError  # noqa: E402  (torch_plugin.HostFallbackError)
+
+__all__ = ["HostFallbackError"]

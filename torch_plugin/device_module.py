@@ -314,8 +314,9 @@ def is_bf16_supported(including_emulation: bool = True) -> bool:
 
 
 def op_stats() -> dict:
-    """Counts of op instances by execution path: {"native": {op: n}, "host_fallback": {op: n},
-    "host_fallback_copies": {op: n}} (the last: the device copies the host fallback made)."""
+    """Counts of op instances by execution path since start or reset_op_stats(): {path: {op: n}} for
+    "native", "composite", "decomposition", "host_fallback", "rejection", and "host_fallback_copies"
+    (the device copies the host fallback made, not a path of their own)."""
     from torch_plugin.ops import registry
     return registry.op_stats()
 
@@ -325,8 +326,39 @@ def reset_op_stats() -> None:
     registry.reset_op_stats()
 
 
+def host_fallback(policy: str):
+    """``with torch.emu.host_fallback("forbid"):`` (or "allow", "warn") sets the host fallback policy
+    for the block; blocks nest. Under "forbid" an op without a device path raises
+    ``torch_plugin.HostFallbackError`` before anything runs. The policy is process-wide, so it
+    covers backward on autograd's worker thread."""
+    from torch_plugin.ops import registry
+    return registry.host_fallback(policy)
+
+
+def set_host_fallback(allowed: bool) -> None:
+    """False forbids the host fallback (as ``host_fallback("forbid")``); True allows it again (with
+    EMU_HOST_FALLBACK's "allow" or "warn", "warn" if that said "forbid")."""
+    from torch_plugin.ops import registry
+    registry.set_host_fallback(allowed)
+
+
+def host_fallback_policy() -> str:
+    """The host fallback policy in force now: "allow", "warn" or "forbid"."""
+    from torch_plugin.ops import registry
+    return registry.host_fallback_policy()
+
+
+def telemetry():
+    """``with torch.emu.telemetry() as t:`` records every op instance of the block (path, dtypes,
+    shapes, device kernels), host synchronisations and host<->device copies; ``t.summary()`` is a
+    table, ``t.as_dict()`` the data. See torch_plugin/telemetry.py."""
+    from torch_plugin.telemetry import Telemetry
+    return Telemetry()
+
+
 @raises_torch_errors
-def telemetry(device=None) -> dict:
+def device_telemetry(device=None) -> dict:
+    """The device's own counters: kernel statistics, trace, engine busy time, modelled clocks."""
     return runtime.get_runtime().telemetry(_check_index(_index(device)))
 
 

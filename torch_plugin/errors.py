@@ -9,6 +9,9 @@
   (also a ``RuntimeError``, like CUDA's invalid device ordinal).
 - a bug in the emulator itself (``runtime.errors.EmulatorBugError``) ->
   ``EmuInternalError``, a ``RuntimeError`` that says so; never sticky.
+
+``HostFallbackError`` is the plugin's own: an op with no device path would have run on
+the host while the fallback policy forbids it (raised before any state changes).
 """
 from __future__ import annotations
 
@@ -35,6 +38,17 @@ class EmuInternalError(RuntimeError):
         super().__init__(message)
         self.error_code = error_code
         self.scope = scope
+
+
+class HostFallbackError(RuntimeError):
+    """An op has no device path (native, composite or decomposition) and the host fallback is
+    forbidden (``EMU_HOST_FALLBACK=forbid``, ``torch.emu.host_fallback("forbid")`` or
+    ``torch.emu.set_host_fallback(False)``). Raised before anything is copied or run; ``op`` is
+    the aten op's name (e.g. ``"aten::atan2.out"``)."""
+
+    def __init__(self, message: str, op: str = ""):
+        super().__init__(message)
+        self.op = op
 
 
 def translate(err: runtime.EmuError) -> Exception:

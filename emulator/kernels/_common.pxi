@@ -128,7 +128,7 @@ cdef enum:
 
 cdef enum:
     MAX_RANK = 12
-    MAX_OPS = 3
+    MAX_OPS = 4      # operands of one iteration: out plus up to three inputs
     BLOCK = 256      # scratch block length: 256 doubles x 3 stays in L1
 
 cdef inline Py_ssize_t itemsize_of(int dt) noexcept nogil:

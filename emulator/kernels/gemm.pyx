@@ -1,5 +1,6 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Matrix-engine GEMM of the device: out = beta * C + alpha * (A @ B).
+"""Matrix-engine GEMM of the device: out = beta * C + alpha * (A @ B), batched GEMM
+(bmm/baddbmm, and addbmm's sum over the batch) and the outer-product update addr.
 
 Models the matrix engine's numerics contract: float16/bfloat16 operands are
 widened to float32, products accumulate in float32, alpha/beta are applied in
@@ -14,8 +15,24 @@ strides) is packed into malloc'd contiguous scratch first.  Row-major
 buffers are passed to column-major BLAS as their transposes:
 C^T (N x M) = B^T (N x K) @ A^T (K x M).
 
-Left out: integer/bool GEMM (rejected), batching (the caller loops), tiling
-and timing (the cost model lives in library.py / matrix_engine.py).
+Integer GEMM (uint8, int8, int16, int32, int64) accumulates in 64-bit two's
+complement and wraps to the output dtype on the store, which equals CPU's
+result exactly (sums and products modulo 2**bits do not depend on the order or
+on the width of the accumulator); alpha and beta are integers there.  Bool
+GEMM is rejected (CPU has no bool mm either).
+
+Batched GEMM runs one GEMM per batch entry; addbmm accumulates the whole batch
+in one float32 (float64, int64) scratch and rounds once, where CPU rounds a
+float16/bfloat16 result after every batch entry.
+
+addr (out = beta * C + alpha * outer(v1, v2)) is an elementwise update with
+CPU's type promotion: computed in float64 for floating compute dtypes (rounded
+to the compute dtype, then stored), int64 (wrapping) for integers, logic for
+bool; beta == 0 does not read C, alpha == 0 still multiplies (0 * NaN = NaN, as
+on CPU).
+
+Left out: tiling and timing (the cost model lives in library.py /
+matrix_engine.py).
 """
 
 from libc.stdlib cimport malloc, calloc, free
@@ -28,7 +45,8 @@ ctypedef fused real_t:
     float
     double
 
-_INT_ERROR = "matmul: integer dtypes are not supported by the matrix engine"
+_MIXED_ERROR = ("matmul: operands must be all floating or all integer (bool is not supported by the "
+                "matrix engine)")
 
 
 cdef inline void _extent(const char* p, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t n0, Py_ssize_t n1,
@@ -171,6 +189,91 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     return 0
 
 
+cdef bint _check_kinds(int odt, int adt, int bdt, int cdt, bint reads_c) except -1:
+    """True for an integer GEMM, False for a floating one; mixed kinds or bool are rejected."""
+    cdef bint fl = is_floating(adt)
+    if is_floating(bdt) != fl or is_floating(odt) != fl or (reads_c and is_floating(cdt) != fl) or \
+            adt == DT_BOOL or bdt == DT_BOOL or odt == DT_BOOL or (reads_c and cdt == DT_BOOL):
+        raise KernelArgumentError(_MIXED_ERROR)
+    return not fl
+
+
+cdef int64_t _int_scalar(object v, str what) except? -1:
+    if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v < (1 << 63):
+        raise KernelArgumentError(f"matmul: integer GEMM needs an int64 {what}, got {v!r}")
+    return v
+
+
+cdef void _iacc_init(int64_t* acc, const char* c, int cdt, Py_ssize_t cs0, Py_ssize_t cs1,
+                     Py_ssize_t M, Py_ssize_t N, int64_t beta) noexcept nogil:
+    """acc[M x N] = beta * C (0 when beta == 0: C is not read), wrapping."""
+    cdef Py_ssize_t i, j
+    if beta == 0:
+        memset(acc, 0, <size_t>M * N * sizeof(int64_t))
+        return
+    for i in range(M):
+        load_block(c + i * cs0, cs1, cdt, N, acc + i * N)
+        for j in range(N):
+            acc[i * N + j] = <int64_t>(<uint64_t>acc[i * N + j] * <uint64_t>beta)
+
+
+cdef int _igemm_acc(int64_t* acc, const char* a, int adt, Py_ssize_t as0, Py_ssize_t as1,
+                    const char* b, int bdt, Py_ssize_t bs0, Py_ssize_t bs1,
+                    Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int64_t alpha) noexcept nogil:
+    """acc[M x N] += alpha * A @ B in 64-bit two's complement; -1 if scratch allocation failed."""
+    cdef int64_t* arow
+    cdef int64_t* bbuf
+    cdef uint64_t aik
+    cdef uint64_t* row
+    cdef const uint64_t* brow
+    cdef Py_ssize_t i, j, k
+    if K == 0 or alpha == 0:
+        return 0
+    arow = <int64_t*>malloc(<size_t>K * sizeof(int64_t))
+    bbuf = <int64_t*>malloc(<size_t>K * N * sizeof(int64_t))
+    if arow == NULL or bbuf == NULL:
+        free(arow)
+        free(bbuf)
+        return -1
+    for k in range(K):
+        load_block(b + k * bs0, bs1, bdt, N, bbuf + k * N)
+    for i in range(M):
+        load_block(a + i * as0, as1, adt, K, arow)
+        row = <uint64_t*>(acc + i * N)
+        for k in range(K):
+            aik = <uint64_t>arow[k] * <uint64_t>alpha
+            brow = <const uint64_t*>(bbuf + k * N)
+            for j in range(N):
+                row[j] += aik * brow[j]
+    free(arow)
+    free(bbuf)
+    return 0
+
+
+cdef void _iacc_store(const int64_t* acc, char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
+                      Py_ssize_t M, Py_ssize_t N) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(M):
+        store_block(acc + i * N, N, odt, out + i * os0, os1)   # wraps to the output width
+
+
+cdef int _igemm_store(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
+                      char* a, int adt, Py_ssize_t as0, Py_ssize_t as1,
+                      char* b, int bdt, Py_ssize_t bs0, Py_ssize_t bs1,
+                      char* c, int cdt, Py_ssize_t cs0, Py_ssize_t cs1,
+                      Py_ssize_t M, Py_ssize_t N, Py_ssize_t K, int64_t alpha, int64_t beta) noexcept nogil:
+    cdef int64_t* acc = <int64_t*>malloc(<size_t>M * N * sizeof(int64_t))
+    cdef int rc
+    if acc == NULL:
+        return -1
+    _iacc_init(acc, c, cdt, cs0, cs1, M, N, beta)
+    rc = _igemm_acc(acc, a, adt, as0, as1, b, bdt, bs0, bs1, M, N, K, alpha)
+    if rc == 0:
+        _iacc_store(acc, out, odt, os0, os1, M, N)
+    free(acc)
+    return rc
+
+
 cdef tuple _strides2(object s, Py_ssize_t isz, str what):
     s = tuple(s)
     if len(s) != 2:
@@ -197,9 +300,8 @@ def matmul(out_addr, out_dtype, out_strides2, a_addr, a_dtype, a_strides2,
     cdef char* pc = NULL
     cdef Py_ssize_t os0, os1, as0, as1, bs0, bs1, cs0 = 0, cs1 = 0
     cdef double dbeta = float(beta), dalpha = float(alpha)
-    if not (is_floating(odt) and is_floating(adt) and is_floating(bdt)) or \
-            (dbeta != 0 and not is_floating(cdt)):
-        raise KernelArgumentError(_INT_ERROR)
+    cdef int64_t ibeta = 0, ialpha = 0
+    cdef bint integer = _check_kinds(odt, adt, bdt, cdt, beta != 0)
     for v, name in ((M, "M"), (N, "N"), (K, "K")):
         if not hasattr(v, "__index__") or not (0 <= v < 2**31):
             raise KernelArgumentError(f"matmul: {name} must be an int in [0, 2**31), got {v!r}")
@@ -217,8 +319,13 @@ def matmul(out_addr, out_dtype, out_strides2, a_addr, a_dtype, a_strides2,
         pb = as_ptr(b_addr, "matmul b_addr")
     if dbeta != 0:
         pc = as_ptr(c_addr, "matmul c_addr")
+    if integer:
+        ibeta, ialpha = _int_scalar(beta, "beta"), _int_scalar(alpha, "alpha")
     with nogil:
-        if adt == DT_FLOAT64 or bdt == DT_FLOAT64:
+        if integer:
+            rc = _igemm_store(po, odt, os0, os1, pa, adt, as0, as1, pb, bdt, bs0, bs1, pc, cdt, cs0, cs1,
+                              m, n, k, ialpha, ibeta)
+        elif adt == DT_FLOAT64 or bdt == DT_FLOAT64:
             rc = _gemm(po, odt, os0, os1, pa, adt, as0, as1, pb, bdt, bs0, bs1, pc, cdt, cs0, cs1,
                        m, n, k, dalpha, dbeta)
         else:
@@ -226,3 +333,228 @@ def matmul(out_addr, out_dtype, out_strides2, a_addr, a_dtype, a_strides2,
                        m, n, k, <float>dalpha, <float>dbeta)
     if rc != 0:
         raise MemoryError("matmul: could not allocate scratch buffers")
+
+
+cdef tuple _strides_n(object s, int n, Py_ssize_t isz, str what):
+    s = tuple(s)
+    if len(s) != n:
+        raise KernelArgumentError(f"bmatmul: {what} must have {n} entries, got {s!r}")
+    return tuple(<Py_ssize_t>v * isz for v in s)
+
+
+def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
+            b_addr, b_dtype, b_strides3, batch, M, N, K, beta=0.0, c_addr=0, c_dtype=DT_FLOAT32,
+            c_strides=(0, 0, 0), alpha=1.0, reduce_batch=False):
+    """Batched GEMM, strides in elements.
+
+    reduce_batch False (bmm, baddbmm): out[b] = beta * C[b] + alpha * (A[b] @ B[b]); out and C are
+    (batch, M, N) with 3 strides.  reduce_batch True (addbmm): out = beta * C + alpha * sum_b A[b] @ B[b];
+    out and C are (M, N) with 2 strides, accumulated in one scratch and rounded once.  C is not read
+    when beta == 0; its strides may be 0 (broadcast bias).
+    """
+    cdef int odt = check_dtype(out_dtype, "bmatmul out_dtype")
+    cdef int adt = check_dtype(a_dtype, "bmatmul a_dtype")
+    cdef int bdt = check_dtype(b_dtype, "bmatmul b_dtype")
+    cdef int cdt = check_dtype(c_dtype, "bmatmul c_dtype")
+    cdef bint integer = _check_kinds(odt, adt, bdt, cdt, beta != 0)
+    cdef bint reduce = bool(reduce_batch), f64 = adt == DT_FLOAT64 or bdt == DT_FLOAT64
+    cdef int nout = 2 if reduce else 3
+    cdef Py_ssize_t nb, m, n, k, i, osb = 0, os0, os1, asb, as0, as1, bsb, bs0, bs1, csb = 0, cs0 = 0, cs1 = 0
+    cdef Py_ssize_t want_isz
+    cdef int rc = 0, want
+    cdef char* po
+    cdef char* pa = NULL
+    cdef char* pb = NULL
+    cdef char* pc = NULL
+    cdef char* scratch = NULL
+    cdef double dbeta = float(beta), dalpha = float(alpha)
+    cdef int64_t ibeta = 0, ialpha = 0
+    for v, name in ((batch, "batch"), (M, "M"), (N, "N"), (K, "K")):
+        if not hasattr(v, "__index__") or not (0 <= v < 2**31):
+            raise KernelArgumentError(f"bmatmul: {name} must be an int in [0, 2**31), got {v!r}")
+    nb, m, n, k = batch, M, N, K
+    so = _strides_n(out_strides, nout, itemsize_of(odt), "out_strides")
+    sa = _strides_n(a_strides3, 3, itemsize_of(adt), "a_strides3")
+    sb = _strides_n(b_strides3, 3, itemsize_of(bdt), "b_strides3")
+    if reduce:
+        os0, os1 = so
+    else:
+        osb, os0, os1 = so
+    asb, as0, as1 = sa
+    bsb, bs0, bs1 = sb
+    if dbeta != 0:
+        sc = _strides_n(c_strides, nout, itemsize_of(cdt), "c_strides")
+        if reduce:
+            cs0, cs1 = sc
+        else:
+            csb, cs0, cs1 = sc
+    if m == 0 or n == 0 or (nb == 0 and not reduce):
+        return
+    po = as_ptr(out_addr, "bmatmul out_addr")
+    if k > 0 and nb > 0:
+        pa = as_ptr(a_addr, "bmatmul a_addr")
+        pb = as_ptr(b_addr, "bmatmul b_addr")
+    if dbeta != 0:
+        pc = as_ptr(c_addr, "bmatmul c_addr")
+    if integer:
+        ibeta, ialpha = _int_scalar(beta, "beta"), _int_scalar(alpha, "alpha")
+    with nogil:
+        if not reduce:
+            for i in range(nb):
+                if integer:
+                    rc = _igemm_store(po + i * osb, odt, os0, os1, pa + i * asb, adt, as0, as1,
+                                      pb + i * bsb, bdt, bs0, bs1, pc + i * csb, cdt, cs0, cs1,
+                                      m, n, k, ialpha, ibeta)
+                elif f64:
+                    rc = _gemm(po + i * osb, odt, os0, os1, pa + i * asb, adt, as0, as1,
+                               pb + i * bsb, bdt, bs0, bs1, pc + i * csb, cdt, cs0, cs1,
+                               <int>m, <int>n, <int>k, dalpha, dbeta)
+                else:
+                    rc = _gemm(po + i * osb, odt, os0, os1, pa + i * asb, adt, as0, as1,
+                               pb + i * bsb, bdt, bs0, bs1, pc + i * csb, cdt, cs0, cs1,
+                               <int>m, <int>n, <int>k, <float>dalpha, <float>dbeta)
+                if rc != 0:
+                    break
+        elif integer:
+            scratch = <char*>malloc(<size_t>m * n * sizeof(int64_t))
+            if scratch == NULL:
+                rc = -1
+            else:
+                _iacc_init(<int64_t*>scratch, pc, cdt, cs0, cs1, m, n, ibeta)
+                for i in range(nb):
+                    rc = _igemm_acc(<int64_t*>scratch, pa + i * asb, adt, as0, as1, pb + i * bsb, bdt,
+                                    bs0, bs1, m, n, k, ialpha)
+                    if rc != 0:
+                        break
+                if rc == 0:
+                    _iacc_store(<int64_t*>scratch, po, odt, os0, os1, m, n)
+        else:
+            # One float32 (float64) scratch accumulates the whole batch: each entry is a GEMM with
+            # beta = 1 onto it (the first one applies the caller's beta and C); one rounding at the end.
+            want = DT_FLOAT64 if f64 else DT_FLOAT32
+            want_isz = itemsize_of(want)
+            scratch = <char*>calloc(<size_t>m * n, want_isz)
+            if scratch == NULL:
+                rc = -1
+            elif nb == 0:
+                if dbeta != 0:
+                    if f64:
+                        rc = _gemm(scratch, want, n * want_isz, want_isz, NULL, adt, 0, 0, NULL, bdt, 0, 0,
+                                   pc, cdt, cs0, cs1, <int>m, <int>n, 0, dalpha, dbeta)
+                    else:
+                        rc = _gemm(scratch, want, n * want_isz, want_isz, NULL, adt, 0, 0, NULL, bdt, 0, 0,
+                                   pc, cdt, cs0, cs1, <int>m, <int>n, 0, <float>dalpha, <float>dbeta)
+            else:
+                for i in range(nb):
+                    if f64:
+                        rc = _gemm(scratch, want, n * want_isz, want_isz, pa + i * asb, adt, as0, as1,
+                                   pb + i * bsb, bdt, bs0, bs1,
+                                   pc if i == 0 else scratch, cdt if i == 0 else want,
+                                   cs0 if i == 0 else n * want_isz, cs1 if i == 0 else want_isz,
+                                   <int>m, <int>n, <int>k, dalpha, dbeta if i == 0 else 1.0)
+                    else:
+                        rc = _gemm(scratch, want, n * want_isz, want_isz, pa + i * asb, adt, as0, as1,
+                                   pb + i * bsb, bdt, bs0, bs1,
+                                   pc if i == 0 else scratch, cdt if i == 0 else want,
+                                   cs0 if i == 0 else n * want_isz, cs1 if i == 0 else want_isz,
+                                   <int>m, <int>n, <int>k, <float>dalpha, <float>(dbeta if i == 0 else 1.0))
+                    if rc != 0:
+                        break
+            if rc == 0:
+                for i in range(m):                  # the single rounding to the output dtype
+                    if f64:
+                        store_block(<double*>scratch + i * n, n, odt, po + i * os0, os1)
+                    else:
+                        store_block(<float*>scratch + i * n, n, odt, po + i * os0, os1)
+        free(scratch)
+    if rc != 0:
+        raise MemoryError("bmatmul: could not allocate scratch buffers")
+
+
+def addr(out_addr, out_dtype, out_strides2, c_addr, c_dtype, c_strides2, v1_addr, v1_dtype, v1_stride,
+         v2_addr, v2_dtype, v2_stride, M, N, beta, alpha, compute_dtype):
+    """out[i, j] = beta * C[i, j] + alpha * v1[i] * v2[j] in ``compute_dtype`` (strides in elements).
+
+    Operands are cast to the compute dtype first; C is not read when beta is 0 (False for bool).
+    bool: (beta and C) or (alpha and v1 and v2).
+    """
+    cdef int odt = check_dtype(out_dtype, "addr out_dtype")
+    cdef int cdt = check_dtype(c_dtype, "addr c_dtype")
+    cdef int d1 = check_dtype(v1_dtype, "addr v1_dtype")
+    cdef int d2 = check_dtype(v2_dtype, "addr v2_dtype")
+    cdef int kdt = check_dtype(compute_dtype, "addr compute_dtype")
+    cdef Py_ssize_t m, n, i, j0, cnt, os0, os1, cs0 = 0, cs1 = 0, s1, s2, j
+    cdef bint reads_c = beta != 0, fl = is_floating(kdt)
+    cdef double fbeta = 0, falpha = 0, x1
+    cdef int64_t ibeta = 0, ialpha = 0, i1
+    cdef double fv2[BLOCK]
+    cdef double fc[BLOCK]
+    cdef int64_t iv2[BLOCK]
+    cdef int64_t ic[BLOCK]
+    cdef char* po
+    cdef char* pc = NULL
+    cdef char* p1
+    cdef char* p2
+    for v, name in ((M, "M"), (N, "N")):
+        if not hasattr(v, "__index__") or v < 0:
+            raise KernelArgumentError(f"addr: {name} must be a non-negative int, got {v!r}")
+    m, n = M, N
+    os0, os1 = _strides2(out_strides2, itemsize_of(odt), "out_strides2")
+    if reads_c:
+        cs0, cs1 = _strides2(c_strides2, itemsize_of(cdt), "c_strides2")
+    s1 = <Py_ssize_t>v1_stride * itemsize_of(d1)
+    s2 = <Py_ssize_t>v2_stride * itemsize_of(d2)
+    if fl:
+        fbeta, falpha = float(beta), float(alpha)
+    elif kdt == DT_BOOL:
+        ibeta, ialpha = bool(beta), bool(alpha)
+    else:
+        ibeta, ialpha = _int_scalar(beta, "beta"), _int_scalar(alpha, "alpha")
+    if m == 0 or n == 0:
+        return
+    po = as_ptr(out_addr, "addr out_addr")
+    p1 = as_ptr(v1_addr, "addr v1_addr")
+    p2 = as_ptr(v2_addr, "addr v2_addr")
+    if reads_c:
+        pc = as_ptr(c_addr, "addr c_addr")
+    with nogil:
+        for i in range(m):
+            j0 = 0
+            if fl:
+                load_block(p1 + i * s1, 0, d1, 1, &x1)
+                round_block_to(&x1, 1, kdt)
+            else:
+                load_block(p1 + i * s1, 0, d1, 1, &i1)
+                round_block_to(&i1, 1, kdt)
+            while j0 < n:
+                cnt = n - j0 if n - j0 < BLOCK else BLOCK
+                if fl:
+                    load_block(p2 + j0 * s2, s2, d2, cnt, fv2)
+                    round_block_to(fv2, cnt, kdt)
+                    if reads_c:
+                        load_block(pc + i * cs0 + j0 * cs1, cs1, cdt, cnt, fc)
+                        round_block_to(fc, cnt, kdt)
+                        for j in range(cnt):
+                            fv2[j] = fbeta * fc[j] + falpha * x1 * fv2[j]
+                    else:
+                        for j in range(cnt):
+                            fv2[j] = falpha * x1 * fv2[j]
+                    round_block_to(fv2, cnt, kdt)       # the result in the compute dtype
+                    store_block(fv2, cnt, odt, po + i * os0 + j0 * os1, os1)
+                else:
+                    load_block(p2 + j0 * s2, s2, d2, cnt, iv2)
+                    round_block_to(iv2, cnt, kdt)
+                    if reads_c:
+                        load_block(pc + i * cs0 + j0 * cs1, cs1, cdt, cnt, ic)
+                        round_block_to(ic, cnt, kdt)
+                    for j in range(cnt):
+                        if kdt == DT_BOOL:
+                            iv2[j] = (reads_c and ic[j] != 0) or (ialpha != 0 and i1 != 0 and iv2[j] != 0)
+                        elif reads_c:
+                            iv2[j] = <int64_t>(<uint64_t>ibeta * <uint64_t>ic[j]
+                                               + <uint64_t>ialpha * <uint64_t>i1 * <uint64_t>iv2[j])
+                        else:
+                            iv2[j] = <int64_t>(<uint64_t>ialpha * <uint64_t>i1 * <uint64_t>iv2[j])
+                    round_block_to(iv2, cnt, kdt)
+                    store_block(iv2, cnt, odt, po + i * os0 + j0 * os1, os1)
+                j0 += cnt

@@ -119,17 +119,26 @@ def empty_like_layout(shape, dtype, device: int, *candidates) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
 
 
-def prepare_out(op: str, out: torch.Tensor, shape, result_dtype) -> None:
-    """out= contract: resize an empty out, check shape, device and a safe cast."""
-    if out.shape != shape:
-        if out.numel() == 0:
-            out.resize_(shape)
-        else:
-            raise RuntimeError(f"{op}: output with shape {list(out.shape)} doesn't match the broadcast "
-                               f"shape {list(shape)}")
+def prepare_out(op: str, out: torch.Tensor, shape, result_dtype, *inputs) -> None:
+    """out= contract, as ATen: check the device and a safe cast first (a rejected out keeps its
+    shape), then resize a wrong-shaped out (with resize_output's deprecation warning when it had
+    elements). ``inputs``: the op's operands. An out that is one of them (an in-place op, or out=
+    aliasing an input: TensorIterator's read-write operand) is never resized: "output with shape
+    ... doesn't match the broadcast shape ...". Without ``inputs`` the caller has not said whether
+    out is an operand, so a non-empty out of the wrong shape is refused the same way."""
+    if out.device.type != "emu":
+        raise RuntimeError(f"{op}: expected all tensors to be on the same device, but found at least two "
+                           f"devices, emu and {out.device}!")
     if out.dtype != result_dtype and not torch.can_cast(result_dtype, out.dtype):
         raise RuntimeError(f"{op}: result type {result_dtype} can't be cast to the desired output type "
                            f"{out.dtype}")
+    if tuple(out.shape) == tuple(shape):
+        return
+    if out.numel() != 0 and (not inputs or any(t is out or (isinstance(t, torch.Tensor) and t.device == out.device
+                                                            and _is_alias_of(t, out)) for t in inputs)):
+        raise RuntimeError(f"{op}: output with shape {list(out.shape)} doesn't match the broadcast "
+                           f"shape {list(shape)}")
+    resize_out(out, shape)
 
 
 def _byte_range(t: torch.Tensor) -> tuple[int, int]:

@@ -158,6 +158,7 @@ def _device_to_device(dst, src):
 
 
 def local_scalar_dense(t: torch.Tensor):
-    host = torch.empty((), dtype=t.dtype)
+    # The one element, whatever the tensor's shape (item() takes any 1-element tensor).
+    host = torch.empty(t.shape, dtype=t.dtype)
     _device_to_host(host, t, False)
     return host.item()

@@ -129,7 +129,7 @@ def _binary_general(op: str, a, b, alpha, out):
         if out is not a:
             common_device(name, out, a)
             _check_supported(name, out.dtype)
-        prepare_out(name, out, shape, result_dtype)
+        prepare_out(name, out, shape, result_dtype, a, b)
         check_overlap(name, out, a, b)
     if out.numel() == 0:
         return out
@@ -193,6 +193,11 @@ def div_out(a, b, *, out):
     return _binary("div", a, b, out=out)
 
 
+def true_divide(a, b, out=None):
+    """div with rounding_mode=None (the pointwise table's div row hands it here)."""
+    return _binary("div", a, b, out=out)
+
+
 def mul(a, b):
     return _binary("mul", a, b)
 
@@ -252,7 +257,7 @@ def _threshold_backward(grad, x, threshold, out=None):
     else:
         common_device(name, out, grad, x)
         _check_supported(name, out.dtype)
-        prepare_out(name, out, shape, result_dtype)
+        prepare_out(name, out, shape, result_dtype, grad, x)
         check_overlap(name, out, grad, x)
     if out.numel() == 0:
         return out

@@ -11,14 +11,19 @@ with its write lost. Returns that alias a mutated argument (in-place and out= op
 are the caller's emu originals. Ops that return views of their inputs cannot be
 emulated this way and are rejected.
 
+Policy (registry.host_fallback_policy(): ``EMU_HOST_FALLBACK``, ``torch.emu.host_fallback(...)``,
+``torch.emu.set_host_fallback``): "allow" runs it silently, "warn" warns once per op name,
+"forbid" raises ``HostFallbackError`` naming the op before anything is copied or run.
+
 Accounting: each op instance is counted under ``host_fallback`` in
-``torch.emu.op_stats()`` and each op warns once; the fallback's own copies
+``torch.emu.op_stats()`` (a forbidden or impossible one under ``rejection``); the fallback's own copies
 (``aten::_copy_from``) are counted under ``host_fallback_copies``, not ``native``.
 The CPU work is charged to the modelled host clock by the host cost model
 (``Runtime.charge_host_work``): never free, never wall time. See docs/host_fallback.md.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
@@ -26,6 +31,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 import runtime
+from torch_plugin.errors import HostFallbackError
 from torch_plugin.ops import registry
 
 _warned: set[str] = set()
@@ -38,8 +44,8 @@ OPTIONAL_TENSOR_LIST = "Tensor?[]"
 _LIST_KINDS = (TENSOR_LIST, OPTIONAL_TENSOR_LIST)
 
 
-class HostFallbackDisabled(RuntimeError):
-    pass
+# The name tests and users knew before HostFallbackError; the same class.
+HostFallbackDisabled = HostFallbackError
 
 
 class UnsupportedMutableArgument(RuntimeError):
@@ -148,21 +154,73 @@ def _device_of(args, kwargs):
     return torch.device("emu", torch.emu.current_device())
 
 
+def _operands(args, kwargs) -> str:
+    """"float32[3, 4], int64[3]": the tensor operands, for messages."""
+    return ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+                     for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)) or "no tensors"
+
+
 def run_on_host(op, *args, **kwargs):
+    """Runs ``op`` on the host for a kernel that has no device path for these operands (the
+    kernel's op instance is then counted as host fallback, not as the kernel's path)."""
+    try:
+        return _run_on_host(op, args, kwargs, delegated=True)
+    finally:
+        registry.mark_fell_back()
+
+
+def _run_on_host(op, args, kwargs, delegated=False):
     name = str(op.name()) if hasattr(op, "name") else str(op)
+    if registry._observers is None:
+        return _run_counted(op, name, args, kwargs, delegated)
+    record = registry.begin_op(name, args, kwargs)  # a telemetry block is open
+    path = registry.HOST_FALLBACK
+    _rejected.flag = False
+    try:
+        return _run_counted(op, name, args, kwargs, delegated)
+    except Exception:
+        if _rejected.flag:
+            path = registry.REJECTION
+        raise  # otherwise it fell back (counted) and the CPU op raised the program's error
+    finally:
+        _rejected.flag = False
+        registry.end_op(record, path)
+
+
+class _Rejected(threading.local):
+    flag = False  # the last _run_counted on this thread rejected its op (telemetry's path)
+
+
+_rejected = _Rejected()
+
+
+def _reject(name: str, err: Exception) -> Exception:
+    registry.count(name, registry.REJECTION)
+    _rejected.flag = True
+    return err
+
+
+def _run_counted(op, name, args, kwargs, delegated):
     schema = op._schema
     if any(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns):
-        raise RuntimeError(f"{name} returns a view of its input; it has no emu kernel and a view "
-                           f"cannot be emulated through the host fallback")
-    mutable, aliased_returns = _plan(op, schema)  # rejects a write it could not carry back
-    if not registry.host_fallback_allowed():
-        raise HostFallbackDisabled(f"{name} has no emu kernel and host fallback is disabled "
-                                   f"(torch.emu.set_host_fallback(True) to allow it)")
+        raise _reject(name, RuntimeError(f"{name} returns a view of its input; it has no emu kernel and a view "
+                                         f"cannot be emulated through the host fallback"))
+    try:
+        mutable, aliased_returns = _plan(op, schema)  # rejects a write it could not carry back
+    except UnsupportedMutableArgument as err:
+        raise _reject(name, err) from None
+    policy = registry.host_fallback_policy()
+    if policy == registry.FORBID:
+        detail = " for these operands" if delegated else ""
+        raise _reject(name, HostFallbackError(
+            f"{name} has no emu kernel{detail} and host fallback is disabled (operands: {_operands(args, kwargs)}); "
+            f"it would run on the CPU. Allow it with torch.emu.host_fallback(\"allow\"), "
+            f"torch.emu.set_host_fallback(True) or EMU_HOST_FALLBACK=warn", op=name))
     registry.count(name, registry.HOST_FALLBACK)
-    if name not in _warned:
+    if policy == registry.WARN and name not in _warned:
         _warned.add(name)
         warnings.warn(f"{name} has no emu kernel: it ran on the host (counted in torch.emu.op_stats())",
-                      stacklevel=3)
+                      stacklevel=4)
     device = _device_of(args, kwargs)
     host_of = {}  # id(emu tensor) -> its host copy: one copy per tensor, so aliasing survives
 
@@ -224,9 +282,9 @@ def run_on_host(op, *args, **kwargs):
         elif schema.returns:
             result = tuple(_argument(schema, aliased_returns[j], args, kwargs) if j in aliased_returns
                            else tree_map(to_device, r) for j, r in enumerate(result))
-    registry.mark_fell_back()
     return result
 
 
 def boxed_fallback(op, *args, **kwargs):
-    return run_on_host(op, *args, **kwargs)
+    """The dispatcher's PrivateUse1 fallback: ops with no emu kernel at all."""
+    return _run_on_host(op, args, kwargs)

@@ -1,8 +1,16 @@
 """The one place that lists which aten ops the emu device registers, and how.
 
 Kernels live in the sibling modules; this file only wires them to the
-dispatcher and keeps the per-path op counters. Metadata ops (empty, views,
-resize_, set_) are registered by the C++ core.
+dispatcher, keeps the per-path op counters and holds the host fallback policy.
+Metadata ops (empty, views, resize_, set_) are registered by the C++ core.
+
+Paths (one per op instance, see docs/operators.md#paths-and-telemetry):
+``native`` (a kernel in native_kernels() that launched device kernels itself),
+``composite`` (a kernel marked with ``composite`` that runs other device ops),
+``decomposition`` (a torch._decomp decomposition, ops/decompositions.py),
+``host_fallback`` (ops/fallback.py) and ``rejection`` (the op is not supported:
+a NotImplementedError from its kernel, a forbidden fallback, or an op the fallback
+cannot run). An error of the program itself (a bad shape, as CPU raises) is no path.
 """
 from __future__ import annotations
 
@@ -13,18 +21,27 @@ from collections import Counter
 import torch
 
 NATIVE = "native"
+COMPOSITE = "composite"
+DECOMPOSITION = "decomposition"
 HOST_FALLBACK = "host_fallback"
+REJECTION = "rejection"
 # Device ops the host fallback itself runs (its operand and result copies, aten::_copy_from):
 # they belong to the fallback's path, not to "native".
 HOST_FALLBACK_COPIES = "host_fallback_copies"
-_counts: dict[str, Counter] = {NATIVE: Counter(), HOST_FALLBACK: Counter(), HOST_FALLBACK_COPIES: Counter()}
+PATHS = (NATIVE, COMPOSITE, DECOMPOSITION, HOST_FALLBACK, REJECTION)
+_counts: dict[str, Counter] = {path: Counter() for path in (*PATHS, HOST_FALLBACK_COPIES)}
 _counts_lock = threading.Lock()
-_fallback_allowed = True
 _libraries = []  # keep Library objects alive, or their registrations vanish
+# The telemetry blocks active now (torch_plugin.telemetry.Telemetry), or None. The only thing the
+# hot path reads for telemetry: one module-global load per op while no block is active.
+_observers: tuple | None = None
+
+
 class _ThreadState(threading.local):
     """Per-thread path state (class attributes are each thread's defaults)."""
-    fallbacks = 0         # host fallbacks this thread ran: a native kernel that saw it grow fell back
+    fallbacks = 0         # grows when a kernel hands its own op to the host (fallback.run_on_host)
     in_fallback = False   # the host fallback is copying operands or results (see in_host_fallback())
+    records = ()          # telemetry: the op records open on this thread (outermost first)
 
 
 _local = _ThreadState()
@@ -47,7 +64,7 @@ def reset_op_stats() -> None:
 
 
 def mark_fell_back() -> None:
-    """The host fallback ran an op: the native kernel it ran inside (if any) is not counted native."""
+    """A kernel handed its own op to the host fallback: its wrapper must not count it again."""
     _local.fallbacks += 1
 
 
@@ -63,44 +80,202 @@ def in_host_fallback():
         _local.in_fallback = saved
 
 
+# -- the host fallback policy --------------------------------------------------
+ALLOW, WARN, FORBID = "allow", "warn", "forbid"
+_POLICIES = (ALLOW, WARN, FORBID)
+_base_policy: str | None = None   # EMU_HOST_FALLBACK, or set_host_fallback(); read on first need
+_policy_stack: list[str] = []     # torch.emu.host_fallback(...) blocks, innermost last
+_policy_lock = threading.Lock()
+
+
+def _environment_policy() -> str:
+    import runtime
+    from runtime.settings import host_fallback_policy
+    from torch_plugin.errors import translate
+    try:
+        return host_fallback_policy()
+    except runtime.EmuError as err:
+        raise translate(err) from err
+
+
+def host_fallback_policy() -> str:
+    """The policy in force: the innermost ``host_fallback(...)`` block, else
+    ``set_host_fallback``'s, else ``EMU_HOST_FALLBACK`` (default "warn")."""
+    global _base_policy
+    if _policy_stack:
+        return _policy_stack[-1]
+    if _base_policy is None:
+        _base_policy = _environment_policy()
+    return _base_policy
+
+
 def host_fallback_allowed() -> bool:
-    return _fallback_allowed
+    return host_fallback_policy() != FORBID
 
 
 def set_host_fallback(allowed: bool) -> None:
-    global _fallback_allowed
-    _fallback_allowed = bool(allowed)
+    """True: allow the fallback (EMU_HOST_FALLBACK's allow or warn; warn if it said forbid);
+    False: forbid it. ``host_fallback(...)`` blocks still win while they are open."""
+    global _base_policy
+    if allowed:
+        environment = _environment_policy()
+        _base_policy = environment if environment != FORBID else WARN
+    else:
+        _base_policy = FORBID
 
 
-def _native(name: str, fn):
-    """Wraps a kernel so each call is counted and runtime errors surface as torch errors."""
+@contextlib.contextmanager
+def host_fallback(policy: str):
+    """Runs the block under ``policy`` ("allow", "warn" or "forbid"); blocks nest. The policy
+    is process-wide (backward runs on autograd's worker thread and must see it too)."""
+    if policy not in _POLICIES:
+        raise ValueError(f"torch.emu.host_fallback: policy {policy!r} is not one of {', '.join(_POLICIES)}")
+    with _policy_lock:
+        _policy_stack.append(policy)
+    try:
+        yield policy
+    finally:
+        with _policy_lock:
+            # Remove this block's entry (the last one equal to it), even if blocks of other
+            # threads closed out of order.
+            for i in range(len(_policy_stack) - 1, -1, -1):
+                if _policy_stack[i] == policy:
+                    del _policy_stack[i]
+                    break
+
+
+# -- telemetry hooks (torch_plugin/telemetry.py) -------------------------------
+def add_observer(observer) -> None:
+    global _observers
+    with _counts_lock:
+        _observers = (*(_observers or ()), observer)
+
+
+def remove_observer(observer) -> None:
+    global _observers
+    with _counts_lock:
+        remaining = tuple(o for o in (_observers or ()) if o is not observer)
+        _observers = remaining or None
+
+
+def begin_op(op: str, args, kwargs):
+    """Opens a telemetry record for an op instance on this thread (only while observed)."""
+    from torch_plugin.telemetry import OpRecord
+    record = OpRecord.of(op, args, kwargs)
+    _local.records = (*_local.records, record)
+    return record
+
+
+def end_op(record, path: str | None) -> None:
+    """Closes ``record``; path None: the op instance was counted elsewhere (its own fallback)."""
+    records = _local.records
+    _local.records = tuple(r for r in records if r is not record)
+    observers = _observers
+    if path is not None and observers:
+        record.path = path
+        for observer in observers:
+            observer.add_op(record)
+
+
+def note_kernel(name: str) -> None:
+    """A device kernel (or copy) ran for the op records open on this thread."""
+    for record in _local.records:
+        record.kernels.append(name)
+
+
+def composite(fn):
+    """Marks an op kernel as a composite of other device ops: its op instances are counted
+    under "composite" (the ops it runs are counted as what they are)."""
+    fn._emu_path = COMPOSITE
+    return fn
+
+
+def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
+    """Wraps a kernel so each call is counted under ``path`` and runtime errors surface as torch
+    errors. A kernel that hands its op to the host fallback is counted there instead; a kernel
+    that rejects its op (NotImplementedError, HostFallbackError) is counted under "rejection".
+    ``op``: the counted name (default ``aten::<name>``; custom operators pass their own)."""
     import runtime
-    from torch_plugin.errors import translate
-    op = f"aten::{name}"
-    native = _counts[NATIVE]
+    from torch_plugin.errors import HostFallbackError, translate
+    op = op or f"aten::{name}"
+    counter = _counts[path]
     copies = _counts[HOST_FALLBACK_COPIES]
+    rejected = _counts[REJECTION]
+
+    def observed(args, kwargs):
+        local = _local
+        before = local.fallbacks
+        record = begin_op(op, args, kwargs)
+        path_taken = None
+        try:
+            result = fn(*args, **kwargs)
+        except runtime.EmuError as err:
+            end_op(record, None)
+            raise translate(err) from err
+        except (NotImplementedError, HostFallbackError):
+            if local.fallbacks == before:
+                path_taken = REJECTION
+                with _counts_lock:
+                    rejected[op] += 1
+            else:
+                local.fallbacks = before
+            end_op(record, path_taken)
+            raise
+        except BaseException:
+            end_op(record, None)
+            raise
+        if local.fallbacks == before:
+            in_fallback = local.in_fallback
+            path_taken = HOST_FALLBACK_COPIES if in_fallback else path
+            with _counts_lock:
+                (copies if in_fallback else counter)[op] += 1
+        else:
+            local.fallbacks = before
+        end_op(record, path_taken)
+        return result
 
     # One flat wrapper (it runs on every op: each frame costs). Exactly one path is counted
-    # per op instance: a kernel that hands its op to the host fallback is not counted native.
+    # per op instance. Nested op instances (a composite's, a decomposition's) count their own.
     def kernel(*args, **kwargs):
+        if _observers is not None:  # a telemetry block is open: the recording path
+            return observed(args, kwargs)
         local = _local
         before = local.fallbacks
         try:
             result = fn(*args, **kwargs)
         except runtime.EmuError as err:
             raise translate(err) from err
-        if local.fallbacks == before:  # no host fallback ran inside this kernel
-            counter = copies if local.in_fallback else native
+        except (NotImplementedError, HostFallbackError):
+            if local.fallbacks == before:  # the kernel rejected its op (its own fallback counted it otherwise)
+                with _counts_lock:
+                    rejected[op] += 1
+            else:
+                local.fallbacks = before
+            raise
+        if local.fallbacks == before:  # no host fallback ran for this op instance
+            counter_ = copies if local.in_fallback else counter
             with _counts_lock:
-                counter[op] += 1
+                counter_[op] += 1
+        else:
+            local.fallbacks = before  # this op ran on the host; an enclosing op still counts its own path
         return result
     kernel.__name__ = f"emu_{name.replace('.', '_')}"
     return kernel
 
 
+def _native(name: str, fn):
+    return _wrap(name, fn, getattr(fn, "_emu_path", NATIVE))
+
+
 def native_kernels() -> dict:
-    from torch_plugin.ops import copy, elementwise, factories, linalg, loss, random, reduction
+    from torch_plugin.ops import copy, elementwise, factories, linalg, loss, pointwise, random, reduction
+    from torch_plugin.ops import conv
+    from torch_plugin.ops import normalization
+    from torch_plugin.ops import indexing
     return {
+        # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
+        # hand-written kernels listed after it win where both name an overload.
+        **pointwise.registrations(),
         "_copy_from": copy.copy_from,
         "_local_scalar_dense": copy.local_scalar_dense,
         "add.Tensor": elementwise.add,
@@ -149,19 +324,236 @@ def native_kernels() -> dict:
         "bernoulli_.Tensor": random.bernoulli_tensor,
         "bernoulli": random.bernoulli,
         # -- convolution, pooling, upsampling (ops/conv.py)
+        "convolution_overrideable": conv.convolution_overrideable,
+        "convolution_backward_overrideable": conv.convolution_backward_overrideable,
+        "max_pool2d_with_indices": conv.max_pool2d_with_indices,
+        "max_pool2d_with_indices.out": conv.max_pool2d_with_indices_out,
+        "max_pool2d_with_indices_backward": conv.max_pool2d_with_indices_backward,
+        "max_pool2d_with_indices_backward.grad_input": conv.max_pool2d_with_indices_backward_grad_input,
+        "avg_pool2d": conv.avg_pool2d,
+        "avg_pool2d.out": conv.avg_pool2d_out,
+        "avg_pool2d_backward": conv.avg_pool2d_backward,
+        "avg_pool2d_backward.grad_input": conv.avg_pool2d_backward_grad_input,
+        "_adaptive_avg_pool2d": conv.adaptive_avg_pool2d,
+        "adaptive_avg_pool2d.out": conv.adaptive_avg_pool2d_out,
+        "_adaptive_avg_pool2d_backward": conv.adaptive_avg_pool2d_backward,
+        "upsample_nearest2d": conv.upsample_nearest2d,
+        "upsample_nearest2d.out": conv.upsample_nearest2d_out,
+        "upsample_nearest2d_backward": conv.upsample_nearest2d_backward,
+        "upsample_nearest2d_backward.grad_input": conv.upsample_nearest2d_backward_grad_input,
+        "upsample_bilinear2d": conv.upsample_bilinear2d,
+        "upsample_bilinear2d.out": conv.upsample_bilinear2d_out,
+        "upsample_bilinear2d_backward": conv.upsample_bilinear2d_backward,
+        "upsample_bilinear2d_backward.grad_input": conv.upsample_bilinear2d_backward_grad_input,
         # -- normalization (ops/normalization.py)
+        "_softmax": normalization.softmax,
+        "_softmax.out": normalization.softmax_out,
+        "_softmax_backward_data": normalization.softmax_backward_data,
+        "_softmax_backward_data.out": normalization.softmax_backward_data_out,
+        "native_layer_norm": normalization.native_layer_norm,
+        "native_layer_norm_backward": normalization.native_layer_norm_backward,
+        "native_group_norm": normalization.native_group_norm,
+        "native_group_norm_backward": normalization.native_group_norm_backward,
+        "native_batch_norm": normalization.native_batch_norm,
+        "native_batch_norm.out": normalization.native_batch_norm_out,
+        "native_batch_norm_backward": normalization.native_batch_norm_backward,
+        "_native_batch_norm_legit": normalization.batch_norm_legit,
+        "_native_batch_norm_legit.out": normalization.batch_norm_legit_out,
+        "_native_batch_norm_legit.no_stats": normalization.batch_norm_legit_no_stats,
+        "_native_batch_norm_legit.no_stats_out": normalization.batch_norm_legit_no_stats_out,
+        "_batch_norm_with_update": normalization.batch_norm_with_update,
+        "batch_norm_backward": normalization.batch_norm_backward,
+        "_fused_rms_norm": normalization.fused_rms_norm,
+        "_fused_rms_norm_backward": normalization.fused_rms_norm_backward,
         # -- indexing and data movement (ops/indexing.py)
+        "cat": indexing.cat,
+        "cat.out": indexing.cat_out,
+        "index_select": indexing.index_select,
+        "index_select.out": indexing.index_select_out,
+        "gather": indexing.gather,
+        "gather.out": indexing.gather_out,
+        "index.Tensor": indexing.index_tensor,
+        "index.Tensor_out": indexing.index_tensor_out,
+        "_index_put_impl_": indexing.index_put_impl_,
+        "scatter.src": indexing.scatter_src,
+        "scatter_.src": indexing.scatter_src_,
+        "scatter.src_out": indexing.scatter_src_out,
+        "scatter.value": indexing.scatter_value,
+        "scatter_.value": indexing.scatter_value_,
+        "scatter.value_out": indexing.scatter_value_out,
+        "scatter.reduce": indexing.scatter_reduce_src,
+        "scatter_.reduce": indexing.scatter_reduce_src_,
+        "scatter.reduce_out": indexing.scatter_reduce_src_out,
+        "scatter.value_reduce": indexing.scatter_value_reduce,
+        "scatter_.value_reduce": indexing.scatter_value_reduce_,
+        "scatter.value_reduce_out": indexing.scatter_value_reduce_out,
+        "scatter_add": indexing.scatter_add,
+        "scatter_add_": indexing.scatter_add_,
+        "scatter_add.out": indexing.scatter_add_out,
+        "scatter_reduce.two": indexing.scatter_reduce_two,
+        "scatter_reduce_.two": indexing.scatter_reduce_two_,
+        "scatter_reduce.two_out": indexing.scatter_reduce_two_out,
+        "index_add": indexing.index_add,
+        "index_add_": indexing.index_add_,
+        "index_add.out": indexing.index_add_out,
+        "index_copy": indexing.index_copy,
+        "index_copy_": indexing.index_copy_,
+        "index_copy.out": indexing.index_copy_out,
+        "index_fill_.int_Scalar": indexing.index_fill_int_scalar_,
+        "index_fill_.int_Tensor": indexing.index_fill_int_tensor_,
+        "masked_fill_.Scalar": indexing.masked_fill_scalar_,
+        "masked_fill_.Tensor": indexing.masked_fill_tensor_,
+        "where.self": indexing.where_self,
+        "where.self_out": indexing.where_self_out,
+        "masked_scatter_": indexing.masked_scatter_,
+        "embedding_dense_backward": indexing.embedding_dense_backward,
+        "nonzero": indexing.nonzero,
+        "nonzero.out": indexing.nonzero_out,
+        "masked_select": indexing.masked_select,
+        "masked_select.out": indexing.masked_select_out,
+        "flip": indexing.flip,
+        "roll": indexing.roll,
+        "tril": indexing.tril,
+        "tril_": indexing.tril_,
+        "tril.out": indexing.tril_out,
+        "triu": indexing.triu,
+        "triu_": indexing.triu_,
+        "triu.out": indexing.triu_out,
+        "reflection_pad1d": indexing.reflection_pad1d,
+        "reflection_pad1d.out": indexing.reflection_pad1d_out,
+        "reflection_pad2d": indexing.reflection_pad2d,
+        "reflection_pad2d.out": indexing.reflection_pad2d_out,
+        "replication_pad1d": indexing.replication_pad1d,
+        "replication_pad1d.out": indexing.replication_pad1d_out,
+        "replication_pad2d": indexing.replication_pad2d,
+        "replication_pad2d.out": indexing.replication_pad2d_out,
+        "reflection_pad1d_backward": indexing.reflection_pad1d_backward,
+        "reflection_pad1d_backward.grad_input": indexing.reflection_pad1d_backward_out,
+        "reflection_pad2d_backward": indexing.reflection_pad2d_backward,
+        "reflection_pad2d_backward.grad_input": indexing.reflection_pad2d_backward_out,
+        "replication_pad1d_backward": indexing.replication_pad1d_backward,
+        "replication_pad1d_backward.grad_input": indexing.replication_pad1d_backward_out,
+        "replication_pad2d_backward": indexing.replication_pad2d_backward,
+        "replication_pad2d_backward.grad_input": indexing.replication_pad2d_backward_out,
+        "sort.stable": indexing.sort_stable,
+        "sort.values_stable": indexing.sort_values_stable,
+        "topk": indexing.topk,
+        "topk.values": indexing.topk_values,
         # -- reductions (ops/reduction.py)
+        "mean.dim": reduction.mean_dim,
+        "mean.out": reduction.mean_out,
+        "prod": reduction.prod,
+        "prod.out": reduction.prod_out,
+        "prod.dim_int": reduction.prod_dim_int,
+        "prod.int_out": reduction.prod_int_out,
+        "amax": reduction.amax,
+        "amax.out": reduction.amax_out,
+        "amin": reduction.amin,
+        "amin.out": reduction.amin_out,
+        "max": reduction.max_all,
+        "max.unary_out": reduction.max_unary_out,
+        "max.dim": reduction.max_dim,
+        "max.dim_max": reduction.max_dim_max,
+        "min": reduction.min_all,
+        "min.unary_out": reduction.min_unary_out,
+        "min.dim": reduction.min_dim,
+        "min.dim_min": reduction.min_dim_min,
+        "argmax": reduction.argmax,
+        "argmax.out": reduction.argmax_out,
+        "argmin": reduction.argmin,
+        "argmin.out": reduction.argmin_out,
+        "var.correction": reduction.var_correction,
+        "var.correction_out": reduction.var_correction_out,
+        "std.correction": reduction.std_correction,
+        "std.correction_out": reduction.std_correction_out,
+        "var_mean.correction": reduction.var_mean_correction,
+        "var_mean.correction_out": reduction.var_mean_correction_out,
+        "std_mean.correction": reduction.std_mean_correction,
+        "std_mean.correction_out": reduction.std_mean_correction_out,
+        "linalg_vector_norm": reduction.linalg_vector_norm,
+        "linalg_vector_norm.out": reduction.linalg_vector_norm_out,
+        "norm.ScalarOpt_dim": reduction.norm_scalaropt_dim,
+        "norm.ScalarOpt_dim_dtype": reduction.norm_scalaropt_dim_dtype,
+        "norm.out": reduction.norm_out,
+        "norm.dtype_out": reduction.norm_dtype_out,
+        "all": reduction.all_all,
+        "all.all_out": reduction.all_all_out,
+        "all.dim": reduction.all_dim,
+        "all.out": reduction.all_out,
+        "all.dims": reduction.all_dims,
+        "all.dims_out": reduction.all_dims_out,
+        "any": reduction.any_all,
+        "any.all_out": reduction.any_all_out,
+        "any.dim": reduction.any_dim,
+        "any.out": reduction.any_out,
+        "any.dims": reduction.any_dims,
+        "any.dims_out": reduction.any_dims_out,
+        "logsumexp": reduction.logsumexp,
+        "logsumexp.out": reduction.logsumexp_out,
+        "cumsum": reduction.cumsum,
+        "cumsum.out": reduction.cumsum_out,
+        "cumsum_": reduction.cumsum_,
+        "cumprod": reduction.cumprod,
+        "cumprod.out": reduction.cumprod_out,
+        "cumprod_": reduction.cumprod_,
         # -- matrix engine (ops/linalg.py)
+        "addmm_": linalg.addmm_,
+        "bmm": linalg.bmm,
+        "bmm.out": linalg.bmm_out,
+        "baddbmm": linalg.baddbmm,
+        "baddbmm.out": linalg.baddbmm_out,
+        "baddbmm_": linalg.baddbmm_,
+        "addbmm": linalg.addbmm,
+        "addbmm.out": linalg.addbmm_out,
+        "addbmm_": linalg.addbmm_,
+        "mv": linalg.mv,
+        "mv.out": linalg.mv_out,
+        "addmv": linalg.addmv,
+        "addmv.out": linalg.addmv_out,
+        "addmv_": linalg.addmv_,
+        "dot": linalg.dot,
+        "dot.out": linalg.dot_out,
+        "vdot": linalg.vdot,
+        "vdot.out": linalg.vdot_out,
+        "addr": linalg.addr,
+        "addr.out": linalg.addr_out,
+        "addr_": linalg.addr_,
         # -- losses (ops/loss.py)
+        "nll_loss2d_forward": loss.nll_loss2d_forward,
+        "nll_loss2d_forward.output": loss.nll_loss2d_forward_output,
+        "nll_loss2d_backward": loss.nll_loss2d_backward,
+        "nll_loss2d_backward.grad_input": loss.nll_loss2d_backward_grad_input,
+        "mse_loss": loss.mse_loss,
+        "mse_loss.out": loss.mse_loss_out,
+        "mse_loss_backward": loss.mse_loss_backward,
+        "mse_loss_backward.grad_input": loss.mse_loss_backward_grad_input,
+        "smooth_l1_loss": loss.smooth_l1_loss,
+        "smooth_l1_loss.out": loss.smooth_l1_loss_out,
+        "smooth_l1_loss_backward": loss.smooth_l1_loss_backward,
+        "smooth_l1_loss_backward.grad_input": loss.smooth_l1_loss_backward_grad_input,
+        "huber_loss": loss.huber_loss,
+        "huber_loss.out": loss.huber_loss_out,
+        "huber_loss_backward": loss.huber_loss_backward,
+        "huber_loss_backward.out": loss.huber_loss_backward_out,
+        "binary_cross_entropy": loss.binary_cross_entropy,
+        "binary_cross_entropy.out": loss.binary_cross_entropy_out,
+        "binary_cross_entropy_backward": loss.binary_cross_entropy_backward,
+        "binary_cross_entropy_backward.grad_input": loss.binary_cross_entropy_backward_grad_input,
+        "binary_cross_entropy_with_logits": loss.binary_cross_entropy_with_logits,
     }
 
 
 def register_all() -> None:
     from torch_plugin.ops import fallback
+    from torch_plugin.ops import decompositions
     impl = torch.library.Library("aten", "IMPL")
-    for name, fn in native_kernels().items():
+    natives = native_kernels()
+    for name, fn in natives.items():
         impl.impl(name, _native(name, fn), "PrivateUse1")
+    # Decompositions only for ops without a kernel, and only where every op they produce has a
+    # device path (ops/decompositions.py decides which rows are active).
+    for name, fn in decompositions.active(natives).items():
+        impl.impl(name, _wrap(name, fn, DECOMPOSITION), "PrivateUse1")
     # Conjugate/negated views reach _copy_from with their bits set; copy_from rejects them
     # clearly instead of recursing through the Conjugate/Negative fallbacks forever.
     impl.impl("_copy_from", torch.library.fallthrough_kernel, "Conjugate")

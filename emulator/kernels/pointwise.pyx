@@ -1,0 +1,596 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The vector engine's table-driven pointwise kernels: unary, binary and ternary op codes.
+
+One entry point per arity (``unary_op``, ``binary_op``, ``ternary_op``) takes an op
+name, the operands (host address, dtype code, element strides), the shape, the
+compute dtype and up to four scalar parameters. Every operand is loaded and cast to
+the compute dtype (float16/bfloat16 compute in float32 as PyTorch's "opmath"; the
+caller passes float32 then), computed, and cast to the output dtype on store, so
+comparisons write bool and float ops on integers write the promoted dtype.
+
+Floating compute runs in double and rounds to the compute dtype before the store:
+transcendental results are then within about one ulp of PyTorch's (SLEEF) ones, and
+exact ops (comparisons, rounding, min/max, abs, neg) are bit-exact. Integer compute
+runs in int64 with the wrapping of the compute dtype; bool compute is 0/1.
+
+Integer division and modulo by zero raise KernelArgumentError ("ZeroDivisionError",
+as CPU raises), which the firmware reports as a kernel fault.
+
+Left out: complex numbers, special functions beyond erf/erfc/lgamma (digamma,
+polygamma, bessel, zeta), nextafter for float16/bfloat16.
+"""
+
+from libc.math cimport (exp, exp2, expm1, log, log2, log10, log1p, sqrt, sin, cos, tan, asin, acos, atan,
+                        sinh, cosh, tanh, asinh, acosh, atanh, erf, erfc, lgamma, fabs, floor, ceil, trunc,
+                        nearbyint, pow, atan2, hypot, copysign, fmod, fmax, fmin, isnan, isinf, signbit,
+                        nextafter, nextafterf, NAN, INFINITY, M_PI, M_LN2)
+
+include "_common.pxi"
+
+cdef enum:
+    # unary, floating (integers promote to float before they reach the kernel)
+    U_EXP, U_EXP2, U_EXPM1, U_LOG, U_LOG2, U_LOG10, U_LOG1P, U_SQRT, U_RSQRT, U_SIN, U_COS, U_TAN,
+    U_ASIN, U_ACOS, U_ATAN, U_SINH, U_COSH, U_TANH, U_ASINH, U_ACOSH, U_ATANH, U_SIGMOID, U_ERF,
+    U_ERFC, U_LGAMMA, U_RECIPROCAL, U_SILU, U_GELU, U_GELU_TANH, U_MISH, U_SOFTPLUS, U_ELU,
+    U_HARDSWISH, U_HARDSIGMOID, U_SINC, U_FRAC, U_LOGIT, U_DEG2RAD, U_RAD2DEG,
+    # unary, any real dtype
+    U_NEG, U_ABS, U_RELU, U_SIGN, U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_LEAKY_RELU, U_CLAMP,
+    U_THRESHOLD, U_NAN_TO_NUM, U_IDENTITY, U_SQUARE,
+    # unary, bool result
+    U_ISNAN, U_ISINF, U_ISFINITE, U_ISPOSINF, U_ISNEGINF, U_SIGNBIT, U_LOGICAL_NOT,
+    # unary, integral
+    U_BITWISE_NOT
+
+cdef enum:
+    B_POW, B_ATAN2, B_HYPOT, B_COPYSIGN, B_FMOD, B_REMAINDER, B_DIV_TRUNC, B_DIV_FLOOR, B_FMAX, B_FMIN,
+    B_MAXIMUM, B_MINIMUM, B_EQ, B_NE, B_LT, B_LE, B_GT, B_GE, B_LOGICAL_AND, B_LOGICAL_OR,
+    B_LOGICAL_XOR, B_BITWISE_AND, B_BITWISE_OR, B_BITWISE_XOR, B_LSHIFT, B_RSHIFT, B_XLOGY, B_XLOG1PY,
+    B_LOGADDEXP, B_LOGADDEXP2, B_NEXTAFTER, B_HEAVISIDE,
+    # backward ops: (grad, x-or-result)
+    B_SIGMOID_BWD, B_TANH_BWD, B_SILU_BWD, B_GELU_BWD, B_GELU_TANH_BWD, B_LEAKY_RELU_BWD, B_ELU_BWD,
+    B_HARDSWISH_BWD, B_HARDSIGMOID_BWD, B_SOFTPLUS_BWD, B_HARDTANH_BWD, B_MISH_BWD, B_LOGIT_BWD
+
+cdef enum:
+    T_LERP, T_ADDCMUL, T_ADDCDIV, T_CLAMP
+
+UNARY_OPS = {n: i for i, n in enumerate((
+    "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+    "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
+    "erfc", "lgamma", "reciprocal", "silu", "gelu", "gelu_tanh", "mish", "softplus", "elu",
+    "hardswish", "hardsigmoid", "sinc", "frac", "logit", "deg2rad", "rad2deg",
+    "neg", "abs", "relu", "sign", "floor", "ceil", "round", "trunc", "leaky_relu", "clamp",
+    "threshold", "nan_to_num", "identity", "square",
+    "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not",
+    "bitwise_not"))}
+BINARY_OPS = {n: i for i, n in enumerate((
+    "pow", "atan2", "hypot", "copysign", "fmod", "remainder", "div_trunc", "div_floor", "fmax", "fmin",
+    "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
+    "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift", "xlogy", "xlog1py",
+    "logaddexp", "logaddexp2", "nextafter", "heaviside",
+    "sigmoid_backward", "tanh_backward", "silu_backward", "gelu_backward", "gelu_tanh_backward",
+    "leaky_relu_backward", "elu_backward", "hardswish_backward", "hardsigmoid_backward",
+    "softplus_backward", "hardtanh_backward", "mish_backward", "logit_backward"))}
+TERNARY_OPS = {n: i for i, n in enumerate(("lerp", "addcmul", "addcdiv", "clamp"))}
+
+# Ops that need a floating compute dtype (the caller promotes integers first).
+_FLOAT_ONLY_UNARY = frozenset(range(U_EXP, U_RAD2DEG + 1))
+_INTEGRAL_UNARY = frozenset({U_BITWISE_NOT})
+_FLOAT_ONLY_BINARY = frozenset({B_ATAN2, B_HYPOT, B_COPYSIGN, B_XLOGY, B_XLOG1PY, B_LOGADDEXP,
+                                B_LOGADDEXP2, B_NEXTAFTER, B_SIGMOID_BWD, B_TANH_BWD, B_SILU_BWD,
+                                B_GELU_BWD, B_GELU_TANH_BWD, B_ELU_BWD, B_HARDSWISH_BWD, B_HARDSIGMOID_BWD,
+                                B_SOFTPLUS_BWD, B_MISH_BWD, B_LOGIT_BWD, B_LEAKY_RELU_BWD})
+_INTEGRAL_BINARY = frozenset({B_BITWISE_AND, B_BITWISE_OR, B_BITWISE_XOR, B_LSHIFT, B_RSHIFT})
+_FLOAT_ONLY_TERNARY = frozenset({T_LERP, T_ADDCDIV})
+
+cdef struct Params:
+    double d[4]
+    int64_t i[4]
+
+cdef double SQRT1_2 = 0.70710678118654752440
+cdef double SQRT_2_OVER_PI = 0.79788456080286535588
+
+
+# ----------------------------------------------------------------- floating scalar ops
+cdef inline double _softplus(double x, double beta, double threshold) noexcept nogil:
+    return x if x * beta > threshold else log1p(exp(x * beta)) / beta
+
+
+cdef inline double _f_unary(int op, double x, Params* p) noexcept nogil:
+    cdef double t, lo, hi
+    if op == U_EXP: return exp(x)
+    if op == U_EXP2: return exp2(x)
+    if op == U_EXPM1: return expm1(x)
+    if op == U_LOG: return log(x)
+    if op == U_LOG2: return log2(x)
+    if op == U_LOG10: return log10(x)
+    if op == U_LOG1P: return log1p(x)
+    if op == U_SQRT: return sqrt(x)
+    if op == U_RSQRT: return 1.0 / sqrt(x)
+    if op == U_SIN: return sin(x)
+    if op == U_COS: return cos(x)
+    if op == U_TAN: return tan(x)
+    if op == U_ASIN: return asin(x)
+    if op == U_ACOS: return acos(x)
+    if op == U_ATAN: return atan(x)
+    if op == U_SINH: return sinh(x)
+    if op == U_COSH: return cosh(x)
+    if op == U_TANH: return tanh(x)
+    if op == U_ASINH: return asinh(x)
+    if op == U_ACOSH: return acosh(x)
+    if op == U_ATANH: return atanh(x)
+    if op == U_SIGMOID: return 1.0 / (1.0 + exp(-x))
+    if op == U_ERF: return erf(x)
+    if op == U_ERFC: return erfc(x)
+    if op == U_LGAMMA: return lgamma(x)
+    if op == U_RECIPROCAL: return 1.0 / x
+    if op == U_SILU: return x / (1.0 + exp(-x))
+    if op == U_GELU: return 0.5 * x * (1.0 + erf(x * SQRT1_2))
+    if op == U_GELU_TANH: return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)))
+    if op == U_MISH: return x * tanh(log1p(exp(x)))
+    if op == U_SOFTPLUS: return _softplus(x, p.d[0], p.d[1])
+    if op == U_ELU:      # alpha, scale, input_scale: x <= 0 ? (exp(x*input_scale) - 1)*alpha*scale : x*scale
+        return (exp(x * p.d[2]) - 1.0) * p.d[0] * p.d[1] if x <= 0 else x * p.d[1]
+    if op == U_HARDSWISH: return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0
+    if op == U_HARDSIGMOID: return fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0
+    if op == U_SINC:
+        if x == 0: return 1.0
+        t = M_PI * x
+        return sin(t) / t
+    if op == U_FRAC: return x - trunc(x)
+    if op == U_LOGIT:    # params (eps, given): d[0] = eps, i[1] = 1 when given
+        if p.i[1]:
+            lo = p.d[0]
+            hi = 1.0 - lo
+            x = lo if x < lo else (hi if x > hi else x)
+        return log(x / (1.0 - x))
+    if op == U_DEG2RAD: return x * (M_PI / 180.0)
+    if op == U_RAD2DEG: return x * (180.0 / M_PI)
+    if op == U_NEG: return -x
+    if op == U_ABS: return fabs(x)
+    if op == U_RELU: return 0.0 if x < 0 else x           # NaN and -0.0 pass through
+    if op == U_SIGN:
+        if isnan(x): return 0.0
+        return <double>((0 < x) - (x < 0))
+    if op == U_FLOOR: return floor(x)
+    if op == U_CEIL: return ceil(x)
+    if op == U_ROUND:    # params (10**|decimals|, flags): flags & 1 = decimals given, & 2 = negative
+        if not (p.i[1] & 1):
+            return nearbyint(x)
+        if p.i[1] & 2:
+            return nearbyint(x / p.d[0]) * p.d[0]
+        return nearbyint(x * p.d[0]) / p.d[0]
+    if op == U_TRUNC: return trunc(x)
+    if op == U_LEAKY_RELU: return x if x > 0 else x * p.d[0]
+    if op == U_CLAMP:    # params (min, max, flags): flags & 1 = has min, & 2 = has max; NaN propagates
+        if isnan(x): return x
+        if p.i[2] & 1:
+            if isnan(p.d[0]): return p.d[0]
+            if x < p.d[0]: x = p.d[0]
+        if p.i[2] & 2:
+            if isnan(p.d[1]): return p.d[1]
+            if x > p.d[1]: x = p.d[1]
+        return x
+    if op == U_THRESHOLD: return p.d[1] if x <= p.d[0] else x
+    if op == U_NAN_TO_NUM:
+        if isnan(x): return p.d[0]
+        if isinf(x): return p.d[1] if x > 0 else p.d[2]
+        return x
+    if op == U_IDENTITY: return x
+    if op == U_SQUARE: return x * x
+    if op == U_ISNAN: return isnan(x) != 0
+    if op == U_ISINF: return isinf(x) != 0
+    if op == U_ISFINITE: return not (isnan(x) or isinf(x))
+    if op == U_ISPOSINF: return x == INFINITY
+    if op == U_ISNEGINF: return x == -INFINITY
+    if op == U_SIGNBIT: return signbit(x) != 0
+    if op == U_LOGICAL_NOT: return x == 0
+    return NAN
+
+
+cdef inline double _div_floor(double a, double b) noexcept nogil:
+    # PyTorch's div_floor_floating (c10/util/generic_math.h): Python's floor division.
+    cdef double mod, div, floordiv
+    if b == 0:
+        return a / b
+    mod = fmod(a, b)
+    div = (a - mod) / b
+    if mod != 0 and (b < 0) != (mod < 0):
+        div -= 1.0
+    if div != 0:
+        floordiv = floor(div)
+        if div - floordiv > 0.5:
+            floordiv += 1.0
+        return floordiv
+    return copysign(0.0, a / b)
+
+
+cdef inline double _f_binary(int op, double a, double b, Params* p, int cdt) noexcept nogil:
+    cdef double m, t, s
+    if op == B_POW: return pow(a, b)
+    if op == B_ATAN2: return atan2(a, b)
+    if op == B_HYPOT: return hypot(a, b)
+    if op == B_COPYSIGN: return copysign(a, b)
+    if op == B_FMOD: return fmod(a, b)
+    if op == B_REMAINDER:
+        m = fmod(a, b)
+        if m != 0 and (b < 0) != (m < 0):
+            m += b
+        return m
+    if op == B_DIV_TRUNC: return trunc(a / b)
+    if op == B_DIV_FLOOR: return _div_floor(a, b)
+    if op == B_FMAX: return fmax(a, b)
+    if op == B_FMIN: return fmin(a, b)
+    if op == B_MAXIMUM:
+        if isnan(a) or isnan(b): return NAN
+        return a if a > b else b
+    if op == B_MINIMUM:
+        if isnan(a) or isnan(b): return NAN
+        return a if a < b else b
+    if op == B_EQ: return a == b
+    if op == B_NE: return a != b
+    if op == B_LT: return a < b
+    if op == B_LE: return a <= b
+    if op == B_GT: return a > b
+    if op == B_GE: return a >= b
+    if op == B_LOGICAL_AND: return (a != 0) and (b != 0)
+    if op == B_LOGICAL_OR: return (a != 0) or (b != 0)
+    if op == B_LOGICAL_XOR: return (a != 0) != (b != 0)
+    if op == B_XLOGY:
+        if isnan(b): return NAN
+        if a == 0: return 0.0
+        return a * log(b)
+    if op == B_XLOG1PY:
+        if isnan(b): return NAN
+        if a == 0: return 0.0
+        return a * log1p(b)
+    if op == B_LOGADDEXP:
+        if isinf(a) and a == b: return a
+        m = a if a > b else b
+        return m + log1p(exp(-fabs(a - b)))
+    if op == B_LOGADDEXP2:
+        if isinf(a) and a == b: return a
+        m = a if a > b else b
+        return m + log1p(exp2(-fabs(a - b))) / M_LN2
+    if op == B_NEXTAFTER:
+        if cdt == DT_FLOAT32:
+            return nextafterf(<float>a, <float>b)
+        return nextafter(a, b)
+    if op == B_HEAVISIDE: return b if a == 0 else <double>(a > 0)
+    # backward ops: a = grad, b = the forward input (or result, as named)
+    if op == B_SIGMOID_BWD: return a * (1.0 - b) * b            # b = result
+    if op == B_TANH_BWD: return a * (1.0 - b * b)               # b = result
+    if op == B_SILU_BWD:
+        s = 1.0 / (1.0 + exp(-b))
+        return a * s * (1.0 + b * (1.0 - s))
+    if op == B_GELU_BWD:
+        return a * (0.5 * (1.0 + erf(b * SQRT1_2)) + b * exp(-0.5 * b * b) * (SQRT1_2 / sqrt(M_PI)))
+    if op == B_GELU_TANH_BWD:
+        t = tanh(SQRT_2_OVER_PI * (b + 0.044715 * b * b * b))
+        return a * (0.5 * (1.0 + t) + 0.5 * b * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * b * b))
+    if op == B_LEAKY_RELU_BWD: return a if b > 0 else a * p.d[0]
+    if op == B_ELU_BWD:      # params (alpha, scale, input_scale, is_result): i[3] = b is the result
+        if p.i[3]:
+            return a * p.d[2] * (b + p.d[0] * p.d[1]) if b <= 0 else a * p.d[1]
+        return a * p.d[2] * p.d[0] * p.d[1] * exp(b * p.d[2]) if b <= 0 else a * p.d[1]
+    if op == B_HARDSWISH_BWD:
+        if b < -3.0: return 0.0
+        if b <= 3.0: return a * (b / 3.0 + 0.5)
+        return a
+    if op == B_HARDSIGMOID_BWD: return a / 6.0 if -3.0 < b < 3.0 else 0.0
+    if op == B_SOFTPLUS_BWD:  # d: beta, threshold
+        if b * p.d[0] > p.d[1]: return a
+        t = exp(b * p.d[0])
+        return a * t / (t + 1.0)
+    if op == B_HARDTANH_BWD: return 0.0 if (b <= p.d[0] or b >= p.d[1]) else a
+    if op == B_MISH_BWD:
+        s = 1.0 / (1.0 + exp(-b))
+        t = tanh(log1p(exp(b)))
+        return a * (t + b * s * (1.0 - t * t))
+    if op == B_LOGIT_BWD:     # params (eps, given): d[0] = eps, i[1] = 1 when given
+        if p.i[1] and (b < p.d[0] or b > 1.0 - p.d[0]): return 0.0
+        return a / (b * (1.0 - b))
+    return NAN
+
+
+cdef inline double _f_ternary(int op, double a, double b, double c, Params* p) noexcept nogil:
+    if op == T_LERP:          # a + c * (b - a), PyTorch's two-sided form
+        return a + c * (b - a) if fabs(c) < 0.5 else b - (b - a) * (1.0 - c)
+    if op == T_ADDCMUL: return a + p.d[0] * b * c
+    if op == T_ADDCDIV: return a + p.d[0] * (b / c)
+    if op == T_CLAMP:         # params (flags,): flags & 1 = has min (b), & 2 = has max (c)
+        if isnan(a): return a
+        if p.i[0] & 1:
+            if isnan(b): return b
+            if a < b: a = b
+        if p.i[0] & 2:
+            if isnan(c): return c
+            if a > c: a = c
+        return a
+    return NAN
+
+
+# ----------------------------------------------------------------- integral scalar ops
+cdef inline int _bits(int cdt) noexcept nogil:
+    if cdt == DT_INT64: return 64
+    if cdt == DT_INT32: return 32
+    if cdt == DT_INT16: return 16
+    if cdt == DT_BOOL: return 1
+    return 8
+
+
+cdef inline int64_t _ipow(int64_t a, int64_t b) noexcept nogil:
+    # PyTorch's powi: wrapping; negative exponents give 0 except for bases 1 and -1.
+    cdef uint64_t result = 1, base = <uint64_t>a
+    if b < 0:
+        if a == 1: return 1
+        if a == -1: return -1 if (b & 1) else 1
+        return 0
+    while b:
+        if b & 1:
+            result *= base
+        b >>= 1
+        base *= base
+    return <int64_t>result
+
+
+cdef inline int64_t _i_unary(int op, int64_t x, Params* p, int cdt) noexcept nogil:
+    if op == U_NEG: return <int64_t>(0 - <uint64_t>x)
+    if op == U_ABS: return <int64_t>(0 - <uint64_t>x) if x < 0 else x
+    if op == U_RELU: return 0 if x < 0 else x
+    if op == U_SIGN: return (0 < x) - (x < 0)
+    if op == U_FLOOR or op == U_CEIL or op == U_ROUND or op == U_TRUNC or op == U_IDENTITY: return x
+    if op == U_SQUARE: return <int64_t>(<uint64_t>x * <uint64_t>x)
+    if op == U_CLAMP:
+        if p.i[2] & 1 and x < p.i[0]: x = p.i[0]
+        if p.i[2] & 2 and x > p.i[1]: x = p.i[1]
+        return x
+    if op == U_THRESHOLD: return p.i[1] if x <= p.i[0] else x
+    if op == U_NAN_TO_NUM: return x
+    if op == U_ISNAN or op == U_ISINF or op == U_ISPOSINF or op == U_ISNEGINF: return 0
+    if op == U_ISFINITE: return 1
+    if op == U_SIGNBIT: return x < 0
+    if op == U_LOGICAL_NOT: return x == 0
+    if op == U_BITWISE_NOT: return (x == 0) if cdt == DT_BOOL else ~x
+    return 0
+
+
+cdef inline int _i_binary(int op, int64_t a, int64_t b, int cdt, int64_t* r) noexcept nogil:
+    """r = a (op) b; returns 1 for a division by zero."""
+    cdef int64_t q, m
+    cdef int bits
+    if op == B_POW: r[0] = _ipow(a, b)
+    elif op == B_FMOD:
+        if b == 0: return 1
+        r[0] = 0 if b == -1 else a % b       # C's remainder; -1 would trap on INT64_MIN
+    elif op == B_REMAINDER:
+        if b == 0: return 1
+        m = 0 if b == -1 else a % b
+        if m != 0 and (b < 0) != (m < 0):
+            m += b
+        r[0] = m
+    elif op == B_DIV_TRUNC or op == B_DIV_FLOOR:
+        if b == 0: return 1
+        if b == -1:
+            q = <int64_t>(0 - <uint64_t>a)
+        else:
+            q = a // b                 # C division (cdivision): truncates
+            if op == B_DIV_FLOOR and (a % b != 0) and ((a < 0) != (b < 0)):
+                q -= 1
+        r[0] = q
+    elif op == B_MAXIMUM or op == B_FMAX: r[0] = a if a > b else b
+    elif op == B_MINIMUM or op == B_FMIN: r[0] = a if a < b else b
+    elif op == B_EQ: r[0] = a == b
+    elif op == B_NE: r[0] = a != b
+    elif op == B_LT: r[0] = a < b
+    elif op == B_LE: r[0] = a <= b
+    elif op == B_GT: r[0] = a > b
+    elif op == B_GE: r[0] = a >= b
+    elif op == B_LOGICAL_AND: r[0] = (a != 0) and (b != 0)
+    elif op == B_LOGICAL_OR: r[0] = (a != 0) or (b != 0)
+    elif op == B_LOGICAL_XOR: r[0] = (a != 0) != (b != 0)
+    elif op == B_BITWISE_AND: r[0] = a & b
+    elif op == B_BITWISE_OR: r[0] = a | b
+    elif op == B_BITWISE_XOR: r[0] = a ^ b
+    elif op == B_LSHIFT:       # PyTorch: shifting by >= the width or by a negative amount gives 0
+        bits = _bits(cdt)
+        r[0] = <int64_t>(<uint64_t>a << b) if 0 <= b < bits else 0
+    elif op == B_RSHIFT:       # ... and fills with the sign bit
+        bits = _bits(cdt)
+        if cdt == DT_UINT8:
+            r[0] = a >> b if 0 <= b < bits else 0
+        else:
+            r[0] = a >> b if 0 <= b < bits else a >> (bits - 1 if bits < 64 else 63)
+    elif op == B_HEAVISIDE:
+        r[0] = b if a == 0 else (a > 0)
+    else:
+        r[0] = 0
+    return 0
+
+
+cdef inline int64_t _i_ternary(int op, int64_t a, int64_t b, int64_t c, Params* p) noexcept nogil:
+    if op == T_ADDCMUL: return <int64_t>(<uint64_t>a + <uint64_t>p.i[0] * <uint64_t>b * <uint64_t>c)
+    if op == T_CLAMP:
+        if p.i[0] & 1 and a < b: a = b
+        if p.i[0] & 2 and a > c: a = c
+        return a
+    return 0
+
+
+# ----------------------------------------------------------------- drivers
+cdef int _load_params(Params* p, object params, bint integral) except -1:
+    cdef int k
+    for k in range(4):
+        p.d[k] = 0.0
+        p.i[k] = 0
+    if len(params) > 4:
+        raise KernelArgumentError(f"pointwise: at most 4 parameters, got {len(params)}")
+    for k in range(len(params)):
+        value = params[k]
+        if isinstance(value, bool) or isinstance(value, int):
+            p.i[k] = int(value)
+            p.d[k] = float(value)
+        elif isinstance(value, float):
+            p.d[k] = value
+            if integral:
+                if value != value or value in (float("inf"), float("-inf")):
+                    p.i[k] = 0
+                else:
+                    p.i[k] = <int64_t>value
+        else:
+            raise KernelArgumentError(f"pointwise: parameter {value!r} is not a number")
+    return 0
+
+
+cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
+                     double* x, double* y, double* z) noexcept nogil:
+    cdef Py_ssize_t n = iter_row_len(it)
+    cdef Py_ssize_t j, m, i
+    cdef Py_ssize_t so = iter_row_stride(it, 0)
+    cdef Py_ssize_t s1 = iter_row_stride(it, 1)
+    cdef Py_ssize_t s2 = iter_row_stride(it, 2) if arity > 1 else 0
+    cdef Py_ssize_t s3 = iter_row_stride(it, 3) if arity > 2 else 0
+    while True:
+        j = 0
+        while j < n:
+            m = n - j if n - j < BLOCK else BLOCK
+            load_block(ptrs[1] + j * s1, s1, dts[0], m, x)
+            if dts[0] != cdt:
+                round_block_to(x, m, cdt)
+            if arity == 1:
+                for i in range(m):
+                    x[i] = _f_unary(op, x[i], p)
+            else:
+                load_block(ptrs[2] + j * s2, s2, dts[1], m, y)
+                if dts[1] != cdt:
+                    round_block_to(y, m, cdt)
+                if arity == 2:
+                    for i in range(m):
+                        x[i] = _f_binary(op, x[i], y[i], p, cdt)
+                else:
+                    load_block(ptrs[3] + j * s3, s3, dts[2], m, z)
+                    if dts[2] != cdt:
+                        round_block_to(z, m, cdt)
+                    for i in range(m):
+                        x[i] = _f_ternary(op, x[i], y[i], z[i], p)
+            if odt != cdt and odt != DT_BOOL:
+                round_block_to(x, m, cdt)          # the result has the compute dtype first
+            store_block(x, m, odt, ptrs[0] + j * so, so)
+            j += m
+        if not iter_next_row(it, ptrs):
+            break
+
+
+cdef int _run_int(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
+                  int64_t* x, int64_t* y, int64_t* z) noexcept nogil:
+    """Returns 1 on an integer division by zero (the rest of the output is then unspecified)."""
+    cdef Py_ssize_t n = iter_row_len(it)
+    cdef Py_ssize_t j, m, i
+    cdef Py_ssize_t so = iter_row_stride(it, 0)
+    cdef Py_ssize_t s1 = iter_row_stride(it, 1)
+    cdef Py_ssize_t s2 = iter_row_stride(it, 2) if arity > 1 else 0
+    cdef Py_ssize_t s3 = iter_row_stride(it, 3) if arity > 2 else 0
+    cdef int64_t r
+    while True:
+        j = 0
+        while j < n:
+            m = n - j if n - j < BLOCK else BLOCK
+            load_block(ptrs[1] + j * s1, s1, dts[0], m, x)
+            if dts[0] != cdt:
+                round_block_to(x, m, cdt)
+            if arity == 1:
+                for i in range(m):
+                    x[i] = _i_unary(op, x[i], p, cdt)
+            else:
+                load_block(ptrs[2] + j * s2, s2, dts[1], m, y)
+                if dts[1] != cdt:
+                    round_block_to(y, m, cdt)
+                if arity == 2:
+                    for i in range(m):
+                        if _i_binary(op, x[i], y[i], cdt, &r):
+                            return 1
+                        x[i] = r
+                else:
+                    load_block(ptrs[3] + j * s3, s3, dts[2], m, z)
+                    if dts[2] != cdt:
+                        round_block_to(z, m, cdt)
+                    for i in range(m):
+                        x[i] = _i_ternary(op, x[i], y[i], z[i], p)
+            if odt != cdt and odt != DT_BOOL:
+                round_block_to(x, m, cdt)
+            store_block(x, m, odt, ptrs[0] + j * so, so)
+            j += m
+        if not iter_next_row(it, ptrs):
+            break
+    return 0
+
+
+cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_only, out, operands, shape,
+                compute_dtype, params):
+    cdef NdIter it
+    cdef char* ptrs[4]
+    cdef int dts[3]
+    cdef int odt, cdt, k, failed = 0
+    cdef Params p
+    cdef double dx[BLOCK]
+    cdef double dy[BLOCK]
+    cdef double dz[BLOCK]
+    cdef int64_t ix[BLOCK]
+    cdef int64_t iy[BLOCK]
+    cdef int64_t iz[BLOCK]
+    odt = check_dtype(out[1], f"{kind} out_dtype")
+    cdt = check_dtype(compute_dtype, f"{kind} compute_dtype")
+    if cdt == DT_FLOAT16 or cdt == DT_BFLOAT16:
+        raise KernelArgumentError(f"{kind}: float16/bfloat16 compute in float32 (opmath); got compute dtype "
+                                  f"{_DTYPE_NAMES[cdt]}")
+    if float_only and not is_floating(cdt):
+        raise KernelArgumentError(f"{kind}: this op needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
+    if integral_only and is_floating(cdt):
+        raise KernelArgumentError(f"{kind}: this op needs an integral or bool compute dtype, got {_DTYPE_NAMES[cdt]}")
+    strides = [out[2]]
+    sizes = [itemsize_of(odt)]
+    for k in range(arity):
+        dts[k] = check_dtype(operands[k][1], f"{kind} operand dtype")
+        strides.append(operands[k][2])
+        sizes.append(itemsize_of(dts[k]))
+    _load_params(&p, params, not is_floating(cdt))
+    iter_init(&it, shape, strides, sizes, kind)
+    if it.size == 0:
+        return
+    ptrs[0] = as_ptr(out[0], f"{kind} out_addr")
+    for k in range(arity):
+        ptrs[k + 1] = as_ptr(operands[k][0], f"{kind} operand address")
+    with nogil:
+        if is_floating(cdt):
+            _run_float(&it, ptrs, arity, code, odt, dts, cdt, &p, dx, dy, dz)
+        else:
+            failed = _run_int(&it, ptrs, arity, code, odt, dts, cdt, &p, ix, iy, iz)
+    if failed:
+        raise KernelArgumentError("ZeroDivisionError")
+
+
+def unary_op(op, out, a, shape, compute_dtype, params=()):
+    """out = op(a) over ``shape``; ``out``/``a`` are (address, dtype code, element strides)."""
+    code = UNARY_OPS.get(op)
+    if code is None:
+        raise KernelArgumentError(f"unary_op: unknown op {op!r} (expected one of {tuple(UNARY_OPS)})")
+    _pointwise("unary_op", 1, code, code in _FLOAT_ONLY_UNARY, code in _INTEGRAL_UNARY, out, (a,), shape,
+               compute_dtype, params)
+
+
+def binary_op(op, out, a, b, shape, compute_dtype, params=()):
+    """out = a (op) b over ``shape`` (broadcast operands have 0 strides)."""
+    code = BINARY_OPS.get(op)
+    if code is None:
+        raise KernelArgumentError(f"binary_op: unknown op {op!r} (expected one of {tuple(BINARY_OPS)})")
+    _pointwise("binary_op", 2, code, code in _FLOAT_ONLY_BINARY, code in _INTEGRAL_BINARY, out, (a, b), shape,
+               compute_dtype, params)
+
+
+def ternary_op(op, out, a, b, c, shape, compute_dtype, params=()):
+    """out = op(a, b, c) over ``shape``: lerp(a, b, weight c), addcmul/addcdiv(a, b, c; value),
+    clamp(a, min b, max c; which bounds are given)."""
+    code = TERNARY_OPS.get(op)
+    if code is None:
+        raise KernelArgumentError(f"ternary_op: unknown op {op!r} (expected one of {tuple(TERNARY_OPS)})")
+    _pointwise("ternary_op", 3, code, code in _FLOAT_ONLY_TERNARY, False, out, (a, b, c), shape, compute_dtype,
+               params)

@@ -1,0 +1,301 @@
+"""PyTorch's own OpInfo database as the judge of the emu device.
+
+For every OpInfo in ``torch.testing._internal.common_methods_invocations.op_db`` that
+supports a dtype on CPU, each sample input is run on CPU and on emu, and the results are
+compared with ``torch.testing.assert_close`` (the dtype's default tolerances, NaNs equal,
+dtypes exact). Three modes:
+
+- ``allow``: host fallback allowed. A sample passes when it matches CPU; an explicit error
+  (an op, dtype or layout emu rejects) is an ``error``; a wrong value without an error is a
+  ``mismatch``, the worst outcome.
+- ``forbid``: host fallback forbidden. This counts what the device really covers: a sample
+  that needs the fallback is ``fallback``.
+- ``backward``: gradients of the differentiable float samples, emu vs CPU (fallback allowed).
+
+An OpInfo passes a mode when every sample passes. Samples whose CPU call raises are skipped
+(there is nothing to compare), and ops with nondeterministic output (random sampling) are
+checked for dtype and shape only.
+
+``python -m torch_plugin.conformance`` runs the suite and writes the per-op outcomes and the
+pass rates as JSON (see ``--help``); ``tests/torch_plugin/test_opinfo.py`` runs it under
+pytest against the expected failures in ``tests/torch_plugin/data/opinfo_expected.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+import torch_plugin  # noqa: F401  (registers emu before the OpInfo machinery builds its device list)
+from torch_plugin.errors import HostFallbackError
+
+PASS, ERROR, MISMATCH, FALLBACK, SKIP = "pass", "error", "mismatch", "fallback", "skip"
+MODES = ("allow", "forbid", "backward")
+
+
+@dataclass
+class Outcome:
+    op: str                      # OpInfo name, with its variant ("name.variant")
+    dtype: str
+    mode: str
+    status: str                  # pass | error | mismatch | fallback | skip
+    samples: int = 0             # samples compared
+    detail: str = ""             # the first failing sample's message
+    seconds: float = 0.0
+    paths: dict = field(default_factory=dict)   # op_stats() paths seen on emu: {path: {op: count}}
+
+
+def op_db():
+    from torch.testing._internal.common_methods_invocations import op_db as database
+    return database
+
+
+def full_name(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def _to_emu(x):
+    if isinstance(x, torch.Tensor):
+        y = x.detach().to("emu")
+        if x.requires_grad:
+            y.requires_grad_(True)
+        return y
+    return x
+
+
+def _to_cpu(x):
+    return x.detach().cpu() if isinstance(x, torch.Tensor) else x
+
+
+def _plain(x):
+    return tuple(x) if isinstance(x, torch.Size) else x
+
+
+def _compare(actual, expected, nondeterministic: bool) -> None:
+    a_leaves, a_spec = tree_flatten(tree_map(_plain, tree_map(_to_cpu, actual)))
+    e_leaves, e_spec = tree_flatten(tree_map(_plain, expected))
+    if a_spec != e_spec:
+        raise AssertionError(f"result structure differs: {a_spec} vs {e_spec}")
+    for a, e in zip(a_leaves, e_leaves):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor):
+                raise AssertionError(f"expected a tensor, got {type(a).__name__}")
+            if nondeterministic:
+                if a.shape != e.shape or a.dtype != e.dtype:
+                    raise AssertionError(f"shape/dtype {tuple(a.shape)}/{a.dtype} vs {tuple(e.shape)}/{e.dtype}")
+                continue
+            torch.testing.assert_close(a, e, equal_nan=True)
+        elif isinstance(e, float) and e != e:
+            if not (isinstance(a, float) and a != a):
+                raise AssertionError(f"{a!r} != nan")
+        elif not nondeterministic and a != e:
+            raise AssertionError(f"{a!r} != {e!r}")
+
+
+def _run(fn, sample, on_emu: bool):
+    """(result, the inputs that require grad) of ``fn`` on the sample, on CPU or on emu copies."""
+    inp, args, kwargs = sample.input, sample.args, sample.kwargs
+    if on_emu:
+        inp, args, kwargs = tree_map(_to_emu, (inp, args, kwargs))
+    leaves = [t for t in tree_flatten((inp, args, kwargs))[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+    return fn(inp, *args, **kwargs), leaves
+
+
+def _explicit(err: Exception) -> bool:
+    return isinstance(err, (NotImplementedError, RuntimeError, TypeError, ValueError, IndexError))
+
+
+def check_op(op, dtype: torch.dtype, mode: str, max_samples: int | None = None) -> Outcome:
+    """Runs one OpInfo's samples of ``dtype`` in ``mode`` and returns the outcome."""
+    from torch_plugin.ops import registry
+    name = full_name(op)
+    start = time.perf_counter()
+    outcome = Outcome(name, str(dtype).replace("torch.", ""), mode, PASS)
+    if mode == "backward" and not (op.supports_autograd and dtype.is_floating_point):
+        outcome.status = SKIP
+        return outcome
+    try:
+        torch.manual_seed(0)
+        samples = list(op.sample_inputs("cpu", dtype, requires_grad=(mode == "backward")))
+    except Exception as err:  # the OpInfo cannot make samples here: nothing to judge
+        outcome.status, outcome.detail = SKIP, f"sample_inputs: {type(err).__name__}: {err}"
+        return outcome
+    nondeterministic = bool(getattr(op, "has_nondeterministic_output", False)) or (
+        bool(samples) and _is_random(op, samples[0]))
+    if max_samples is not None:
+        samples = samples[:max_samples]
+    registry.reset_op_stats()
+    policy = "forbid" if mode == "forbid" else "allow"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for index, sample in enumerate(samples):
+            verdict = _check_sample(op, sample, mode, policy, nondeterministic)
+            if verdict is None:
+                continue
+            status, detail = verdict
+            if status == PASS:
+                outcome.samples += 1
+                continue
+            outcome.status = status
+            outcome.detail = f"sample {index}: {detail}"[:400]
+            break
+    if outcome.samples == 0 and outcome.status == PASS:
+        outcome.status = SKIP
+        outcome.detail = outcome.detail or "no sample runs on CPU"
+    outcome.paths = {path: counts for path, counts in registry.op_stats().items() if counts}
+    outcome.seconds = round(time.perf_counter() - start, 3)
+    return outcome
+
+
+def _check_sample(op, sample, mode, policy, nondeterministic):
+    """None (skipped: CPU raised, or nothing to differentiate) or (status, detail)."""
+    import torch_plugin.device_module as emu
+    try:
+        torch.manual_seed(0)
+        expected, leaves = _run(op, sample, on_emu=False)
+        if mode == "backward":
+            expected = _grads(expected, leaves)
+            if expected is None:
+                return None
+    except Exception:
+        return None
+    try:
+        with emu.host_fallback(policy):
+            torch.manual_seed(0)
+            actual, leaves = _run(op, sample, on_emu=True)
+            if mode == "backward":
+                actual = _grads(actual, leaves)
+    except HostFallbackError as err:
+        return FALLBACK, str(err).splitlines()[0]
+    except Exception as err:
+        _recover_if_faulted(err)
+        message = str(err).splitlines()[0] if str(err) else ""
+        return (ERROR if _explicit(err) else MISMATCH), f"{type(err).__name__}: {message}"
+    try:
+        _compare(actual, expected, nondeterministic)
+    except AssertionError as err:
+        return MISMATCH, " ".join(str(err).split())[:300]
+    except Exception as err:  # the result cannot be read back (e.g. a dtype emu does not store)
+        _recover_if_faulted(err)
+        return ERROR, f"reading the result: {type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    return PASS, ""
+
+
+def _recover_if_faulted(err: Exception) -> None:
+    """A device fault is sticky for the context: recover, or every later sample would fail too."""
+    if getattr(err, "scope", None) in ("context", "device"):
+        import torch_plugin.device_module as emu
+        emu.recover()
+
+
+def _is_random(op, sample) -> bool:
+    """An op whose CPU result depends on the seed (random sampling): compared by shape and dtype."""
+    try:
+        torch.manual_seed(0)
+        first, _ = _run(op, sample, on_emu=False)
+        torch.manual_seed(1)
+        second, _ = _run(op, sample, on_emu=False)
+        _compare(second, first, False)
+    except AssertionError:
+        return True
+    except Exception:
+        return False
+    return False
+
+
+def _grads(result, leaves):
+    """Gradients of ``leaves`` for a fixed random cotangent on every differentiable output."""
+    outputs = [t for t in tree_flatten(result)[0]
+               if isinstance(t, torch.Tensor) and t.requires_grad and t.dtype.is_floating_point]
+    if not outputs or not leaves:
+        return None
+    generator = torch.Generator().manual_seed(1)
+    cotangents = [torch.randn(o.shape, generator=generator, dtype=o.dtype).to(o.device) for o in outputs]
+    grads = torch.autograd.grad(outputs, leaves, cotangents, allow_unused=True)
+    return [g if g is not None else torch.zeros(()) for g in grads]
+
+
+def run_suite(dtypes=(torch.float32,), modes=MODES, max_samples=None, names=None, progress=None) -> list[Outcome]:
+    outcomes = []
+    ops = [op for op in op_db() if names is None or full_name(op) in names or op.name in names]
+    for op in ops:
+        for dtype in dtypes:
+            if not op.supports_dtype(dtype, "cpu"):
+                continue
+            for mode in modes:
+                outcome = check_op(op, dtype, mode, max_samples)
+                outcomes.append(outcome)
+                if progress:
+                    progress(outcome)
+    return outcomes
+
+
+def pass_rates(outcomes) -> dict:
+    """{dtype: {mode: {"ops": n, "pass": n, "rate": fraction, status: n...}}} over judged ops."""
+    rates: dict = {}
+    for o in outcomes:
+        if o.status == SKIP:
+            continue
+        entry = rates.setdefault(o.dtype, {}).setdefault(o.mode, {"ops": 0, PASS: 0})
+        entry["ops"] += 1
+        entry[o.status] = entry.get(o.status, 0) + 1
+    for modes in rates.values():
+        for entry in modes.values():
+            entry["rate"] = round(entry[PASS] / entry["ops"], 4) if entry["ops"] else 0.0
+    return rates
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Run PyTorch's OpInfo samples on emu and on CPU.")
+    parser.add_argument("--dtypes", default="float32", help="comma-separated, e.g. float32,bfloat16,float16")
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--max-samples", type=int, default=None, help="first N samples of each OpInfo")
+    parser.add_argument("--ops", default=None, help="comma-separated OpInfo names (default: all)")
+    parser.add_argument("--out", default=None, help="write the outcomes and pass rates as JSON here")
+    parser.add_argument("--write-expected", default=None, metavar="PATH",
+                        help="write the expected failures (tests/torch_plugin/data/opinfo_expected.json) from this run")
+    args = parser.parse_args(argv)
+    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    names = set(args.ops.split(",")) if args.ops else None
+
+    def progress(o):
+        if o.status not in (PASS, SKIP):
+            print(f"{o.status:9s} {o.op:40s} {o.dtype:9s} {o.mode:8s} {o.detail[:120]}", file=sys.stderr)
+    start = time.perf_counter()
+    outcomes = run_suite(dtypes, args.modes.split(","), args.max_samples, names, progress)
+    rates = pass_rates(outcomes)
+    summary = {"torch": torch.__version__, "seconds": round(time.perf_counter() - start, 1),
+               "max_samples": args.max_samples, "pass_rates": rates, "outcomes": [asdict(o) for o in outcomes]}
+    for dtype, modes in rates.items():
+        for mode, entry in modes.items():
+            print(f"{dtype:9s} {mode:9s} {entry[PASS]:4d}/{entry['ops']:4d} OpInfos pass every sample "
+                  f"({100 * entry['rate']:.1f}%)  " + ", ".join(f"{k} {v}" for k, v in sorted(entry.items())
+                                                             if k not in ("ops", PASS, "rate")))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(summary, f, indent=1, sort_keys=True)
+    if args.write_expected:
+        with open(args.write_expected, "w") as f:
+            json.dump(expected_failures(outcomes), f, indent=1, sort_keys=True)
+            f.write("\n")
+    return 0
+
+
+def expected_failures(outcomes) -> dict:
+    """{dtype: {mode: {op: {"status", "reason"}}}} for every outcome that is not a pass or a skip."""
+    expected: dict = {}
+    for o in outcomes:
+        if o.status in (PASS, SKIP):
+            continue
+        expected.setdefault(o.dtype, {}).setdefault(o.mode, {})[o.op] = {"status": o.status, "reason": o.detail}
+    return expected
+
+
+if __name__ == "__main__":
+    sys.exit(main())

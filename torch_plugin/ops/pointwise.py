@@ -1,0 +1,464 @@
+"""The pointwise op table: one declarative row per elementwise op, and the registrations it makes.
+
+Each row names the aten op, the device kernel (``unary_op``, ``binary_op`` or ``ternary_op``
+of the vector engine, emulator/kernels/pointwise.pyx) and its op code, the type
+promotion (TensorIterator's kinds, as in ``torch._prims_common``), which dtypes the op is
+defined for, the aten overloads it registers (functional, in-place, out=), and how the
+overload's extra arguments become the kernel's scalar parameters. ``registrations()``
+turns the rows into the PrivateUse1 kernels that ``registry.native_kernels()`` lists.
+The vector engine's cost per op (cycles per element group, higher for transcendental
+functions) is the kernel library's (emulator/kernels/library.py, ``pointwise_cycles``).
+
+Every generated kernel follows CPU's contracts: ``torch.result_type`` promotion (Python
+scalars and CPU 0-dim tensors are immediates cast to the common dtype, as CPU casts a
+scalar operand); float16/bfloat16 compute in float32 and round once; out= resizes an
+empty out, checks the cast, rejects partial overlap; an in-place op needs the result to
+cast to ``self`` and the broadcast shape to be ``self``'s.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from torch_plugin._dtypes import SUPPORTED, TO_CODE
+from torch_plugin.errors import unsupported_dtype
+from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
+                                      current_stream, device_ref, empty_like_layout, prepare_out, rt)
+
+_REDUCED = (torch.float16, torch.bfloat16)
+_INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+
+
+def _no_params(extra, kwargs, dtype):
+    return ()
+
+
+@dataclass(frozen=True)
+class Pointwise:
+    name: str                      # aten base name, e.g. "exp"
+    code: str                      # the kernel's op code, e.g. "exp"
+    arity: int                     # tensor (or scalar) inputs
+    overloads: tuple               # aten overloads this row registers
+    promotion: str = "default"     # default | int_to_float | always_bool | bool_to_long | same_as_first
+    dtypes: str = "all"            # all | float | integral | integral_no_bool | no_bool
+    params: Callable = _no_params  # (extra args, kwargs, result dtype) -> kernel parameters
+    inputs: tuple | None = None    # positions of the inputs among the arguments (default: the first ones)
+
+    @property
+    def device_kernel(self) -> str:
+        return ("unary_op", "binary_op", "ternary_op")[self.arity - 1]
+
+
+def _uni(name, promotion="int_to_float", dtypes="float", code=None, params=_no_params, out="out"):
+    return Pointwise(name, code or name, 1, (name, f"{name}_", f"{name}.{out}"), promotion, dtypes, params)
+
+
+def _bin(name, code=None, promotion="default", dtypes="all", scalar=True, inplace=True, params=_no_params,
+         tensor="Tensor", out="out"):
+    overloads = [f"{name}.{tensor}", f"{name}.{out}"]
+    if inplace:
+        overloads.append(f"{name}_.{tensor}")
+    if scalar:
+        overloads += [f"{name}.Scalar"] + ([f"{name}_.Scalar"] if inplace else [])
+    return Pointwise(name, code or name, 2, tuple(overloads), promotion, dtypes, params)
+
+
+def _bwd(name, code=None, params=_no_params, inputs=None):
+    return Pointwise(name, code or name, 2, (name, f"{name}.grad_input"), "default", "float", params, inputs)
+
+
+def _get(extra, kwargs, i, key, default):
+    if len(extra) > i:
+        return extra[i]
+    return kwargs.get(key, default)
+
+
+def _number(value):
+    return value.item() if isinstance(value, torch.Tensor) else value
+
+
+def _round_params(extra, kwargs, dtype):
+    decimals = _get(extra, kwargs, 0, "decimals", 0)
+    if decimals == 0:
+        return ()
+    return (float(10 ** abs(decimals)), 1 | (2 if decimals < 0 else 0))
+
+
+def _clamp_params(extra, kwargs, dtype):
+    lo, hi = _get(extra, kwargs, 0, "min", None), _get(extra, kwargs, 1, "max", None)
+    lo, hi = _number(lo), _number(hi)
+    flags = (1 if lo is not None else 0) | (2 if hi is not None else 0)
+    return (0 if lo is None else lo, 0 if hi is None else hi, flags)
+
+
+def _hardtanh_params(extra, kwargs, dtype):
+    return (_number(_get(extra, kwargs, 0, "min_val", -1.0)), _number(_get(extra, kwargs, 1, "max_val", 1.0)), 3)
+
+
+def _nan_to_num_params(extra, kwargs, dtype):
+    if not dtype.is_floating_point:
+        return (0.0, 0.0, 0.0)
+    info = torch.finfo(dtype)
+    nan = _get(extra, kwargs, 0, "nan", None)
+    posinf = _get(extra, kwargs, 1, "posinf", None)
+    neginf = _get(extra, kwargs, 2, "neginf", None)
+    return (0.0 if nan is None else float(nan), info.max if posinf is None else float(posinf),
+            info.min if neginf is None else float(neginf))
+
+
+def _logit_params(extra, kwargs, dtype):
+    eps = _get(extra, kwargs, 0, "eps", None)
+    return (0.0, 0) if eps is None else (float(eps), 1)
+
+
+def _value_param(extra, kwargs, dtype):
+    return (_number(kwargs.get("value", extra[0] if extra else 1)),)
+
+
+# The rows. Overloads that this torch does not define are skipped (registrations() checks).
+TABLE: tuple[Pointwise, ...] = (
+    # unary, floating (integers promote to the default float dtype)
+    *(_uni(n) for n in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
+                        "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+                        "sigmoid", "erf", "erfc", "lgamma", "reciprocal", "sinc", "deg2rad", "rad2deg")),
+    Pointwise("arcsin", "asin", 1, ("arcsin", "arcsin_", "arcsin.out"), "int_to_float", "float"),
+    Pointwise("arccos", "acos", 1, ("arccos", "arccos_", "arccos.out"), "int_to_float", "float"),
+    Pointwise("arctan", "atan", 1, ("arctan", "arctan_", "arctan.out"), "int_to_float", "float"),
+    Pointwise("silu", "silu", 1, ("silu", "silu_", "silu.out"), "same_as_first", "float"),
+    Pointwise("mish", "mish", 1, ("mish", "mish_", "mish.out"), "same_as_first", "float"),
+    Pointwise("hardswish", "hardswish", 1, ("hardswish", "hardswish_", "hardswish.out"), "same_as_first", "float"),
+    Pointwise("hardsigmoid", "hardsigmoid", 1, ("hardsigmoid", "hardsigmoid_", "hardsigmoid.out"),
+              "same_as_first", "float"),
+    Pointwise("gelu", "gelu", 1, ("gelu", "gelu_", "gelu.out"), "same_as_first", "float"),
+    Pointwise("softplus", "softplus", 1, ("softplus", "softplus.out"), "same_as_first", "float",
+              lambda e, k, d: (float(_number(_get(e, k, 0, "beta", 1))), float(_number(_get(e, k, 1, "threshold", 20))))),
+    Pointwise("elu", "elu", 1, ("elu", "elu_", "elu.out"), "same_as_first", "float",
+              lambda e, k, d: (float(_number(_get(e, k, 0, "alpha", 1))), float(_number(_get(e, k, 1, "scale", 1))),
+                               float(_number(_get(e, k, 2, "input_scale", 1))))),
+    Pointwise("leaky_relu", "leaky_relu", 1, ("leaky_relu", "leaky_relu_", "leaky_relu.out"), "same_as_first",
+              "float", lambda e, k, d: (float(_number(_get(e, k, 0, "negative_slope", 0.01))),)),
+    Pointwise("hardtanh", "clamp", 1, ("hardtanh", "hardtanh_", "hardtanh.out"), "same_as_first", "float",
+              _hardtanh_params),
+    Pointwise("logit", "logit", 1, ("logit", "logit_", "logit.out"), "int_to_float", "float", _logit_params),
+    Pointwise("frac", "frac", 1, ("frac", "frac_", "frac.out"), "same_as_first", "float"),
+    # unary, any real dtype
+    Pointwise("neg", "neg", 1, ("neg", "neg_", "neg.out"), "same_as_first", "no_bool"),
+    Pointwise("negative", "neg", 1, ("negative", "negative_", "negative.out"), "same_as_first", "no_bool"),
+    Pointwise("abs", "abs", 1, ("abs", "abs_", "abs.out"), "same_as_first", "no_bool"),
+    Pointwise("absolute", "abs", 1, ("absolute", "absolute_", "absolute.out"), "same_as_first", "no_bool"),
+    Pointwise("sign", "sign", 1, ("sign", "sign_", "sign.out"), "same_as_first", "no_bool"),
+    Pointwise("sgn", "sign", 1, ("sgn", "sgn_", "sgn.out"), "same_as_first", "no_bool"),
+    *(Pointwise(n, n, 1, (n, f"{n}_", f"{n}.out"), "same_as_first", "no_bool") for n in ("floor", "ceil", "trunc")),
+    Pointwise("fix", "trunc", 1, ("fix", "fix_", "fix.out"), "same_as_first", "no_bool"),
+    Pointwise("round", "round", 1, ("round", "round_", "round.out", "round.decimals", "round_.decimals",
+                                    "round.decimals_out"), "same_as_first", "no_bool", _round_params),
+    Pointwise("clamp", "clamp", 1, ("clamp", "clamp_", "clamp.out"), "clamp", "no_bool", _clamp_params),
+    Pointwise("clamp_min", "clamp", 1, ("clamp_min", "clamp_min_", "clamp_min.out"), "clamp", "no_bool",
+              lambda e, k, d: (_number(e[0] if e else k["min"]), 0, 1)),
+    Pointwise("clamp_max", "clamp", 1, ("clamp_max", "clamp_max_", "clamp_max.out"), "clamp", "no_bool",
+              lambda e, k, d: (0, _number(e[0] if e else k["max"]), 2)),
+    Pointwise("threshold", "threshold", 1, ("threshold", "threshold_", "threshold.out"), "same_as_first",
+              "no_bool", lambda e, k, d: (_number(_get(e, k, 0, "threshold", 0)), _number(_get(e, k, 1, "value", 0)))),
+    Pointwise("nan_to_num", "nan_to_num", 1, ("nan_to_num", "nan_to_num_", "nan_to_num.out"), "same_as_first",
+              "all", _nan_to_num_params),
+    # unary, bool result
+    Pointwise("isnan", "isnan", 1, ("isnan",), "always_bool"),
+    Pointwise("isinf", "isinf", 1, ("isinf",), "always_bool"),
+    Pointwise("isfinite", "isfinite", 1, ("isfinite",), "always_bool"),
+    Pointwise("isposinf", "isposinf", 1, ("isposinf", "isposinf.out"), "always_bool"),
+    Pointwise("isneginf", "isneginf", 1, ("isneginf", "isneginf.out"), "always_bool"),
+    Pointwise("signbit", "signbit", 1, ("signbit", "signbit.out"), "always_bool"),
+    Pointwise("logical_not", "logical_not", 1, ("logical_not", "logical_not_", "logical_not.out"), "always_bool"),
+    Pointwise("bitwise_not", "bitwise_not", 1, ("bitwise_not", "bitwise_not_", "bitwise_not.out"),
+              "same_as_first", "integral"),
+    # binary
+    Pointwise("pow", "pow", 2, ("pow.Tensor_Tensor", "pow.Tensor_Tensor_out"), "default", "no_bool"),
+    Pointwise("pow", "pow", 2, ("pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", "pow.Scalar",
+                                "pow.Scalar_out", "pow_.Tensor"), "default", "no_bool"),
+    *(Pointwise(n, "atan2", 2, (n, f"{n}_", f"{n}.out"), "int_to_float", "float") for n in ("atan2", "arctan2")),
+    Pointwise("hypot", "hypot", 2, ("hypot", "hypot_", "hypot.out"), "default", "float"),
+    _bin("copysign", promotion="int_to_float", dtypes="float"),
+    _bin("fmod", dtypes="no_bool", out="Tensor_out"),
+    Pointwise("fmod", "fmod", 2, ("fmod.Scalar_out",), "default", "no_bool"),
+    _bin("remainder", dtypes="no_bool", out="Tensor_out"),
+    Pointwise("remainder", "remainder", 2, ("remainder.Scalar_out",), "default", "no_bool"),
+    Pointwise("remainder", "remainder", 2, ("remainder.Scalar_Tensor",), "default", "no_bool"),
+    Pointwise("floor_divide", "div_floor", 2, ("floor_divide", "floor_divide_.Tensor", "floor_divide.out",
+                                               "floor_divide.Scalar", "floor_divide_.Scalar"), "default", "no_bool"),
+    Pointwise("fmax", "fmax", 2, ("fmax", "fmax.out"), "default", "no_bool"),
+    Pointwise("fmin", "fmin", 2, ("fmin", "fmin.out"), "default", "no_bool"),
+    Pointwise("maximum", "maximum", 2, ("maximum", "maximum.out"), "default", "all"),
+    Pointwise("minimum", "minimum", 2, ("minimum", "minimum.out"), "default", "all"),
+    Pointwise("max", "maximum", 2, ("max.other", "max.out"), "default", "all"),
+    Pointwise("min", "minimum", 2, ("min.other", "min.out"), "default", "all"),
+    *(_bin(n, promotion="always_bool", tensor="Tensor", out="Tensor_out") for n in ("eq", "ne", "lt", "le", "gt", "ge")),
+    *(Pointwise(n, n, 2, (f"{n}.Scalar_out",), "always_bool") for n in ("eq", "ne", "lt", "le", "gt", "ge")),
+    *(Pointwise(alias, code, 2, (f"{alias}.Tensor", f"{alias}.Scalar", f"{alias}_.Tensor", f"{alias}_.Scalar",
+                                 f"{alias}.Tensor_out", f"{alias}.Scalar_out"), "always_bool")
+      for alias, code in (("greater", "gt"), ("greater_equal", "ge"), ("less", "lt"), ("less_equal", "le"),
+                          ("not_equal", "ne"))),
+    *(Pointwise(n, n, 2, (n, f"{n}_", f"{n}.out"), "always_bool") for n in ("logical_and", "logical_or", "logical_xor")),
+    *(_bin(n, dtypes="integral", out="Tensor_out") for n in ("bitwise_and", "bitwise_or", "bitwise_xor")),
+    *(Pointwise(n, n, 2, (f"{n}.Scalar_out",), "default", "integral") for n in ("bitwise_and", "bitwise_or", "bitwise_xor")),
+    Pointwise("bitwise_left_shift", "lshift", 2, ("bitwise_left_shift.Tensor", "bitwise_left_shift_.Tensor",
+                                                  "bitwise_left_shift.Tensor_out", "bitwise_left_shift.Tensor_Scalar",
+                                                  "bitwise_left_shift_.Tensor_Scalar",
+                                                  "bitwise_left_shift.Tensor_Scalar_out", "__lshift__.Tensor",
+                                                  "__lshift__.Scalar", "__ilshift__.Tensor", "__ilshift__.Scalar"),
+              "default", "integral_no_bool"),
+    Pointwise("bitwise_right_shift", "rshift", 2, ("bitwise_right_shift.Tensor", "bitwise_right_shift_.Tensor",
+                                                   "bitwise_right_shift.Tensor_out",
+                                                   "bitwise_right_shift.Tensor_Scalar",
+                                                   "bitwise_right_shift_.Tensor_Scalar",
+                                                   "bitwise_right_shift.Tensor_Scalar_out", "__rshift__.Tensor",
+                                                   "__rshift__.Scalar", "__irshift__.Tensor", "__irshift__.Scalar"),
+              "default", "integral_no_bool"),
+    Pointwise("xlogy", "xlogy", 2, ("xlogy.Tensor", "xlogy_.Tensor", "xlogy.OutTensor", "xlogy.Scalar_Other",
+                                    "xlogy_.Scalar_Other", "xlogy.OutScalar_Other", "xlogy.Scalar_Self",
+                                    "xlogy.OutScalar_Self"), "int_to_float", "float"),
+    Pointwise("special_xlog1py", "xlog1py", 2, ("special_xlog1py", "special_xlog1py.out"), "int_to_float", "float"),
+    Pointwise("logaddexp", "logaddexp", 2, ("logaddexp", "logaddexp.out"), "default", "float"),
+    Pointwise("logaddexp2", "logaddexp2", 2, ("logaddexp2", "logaddexp2.out"), "default", "float"),
+    Pointwise("nextafter", "nextafter", 2, ("nextafter", "nextafter_", "nextafter.out"), "default", "float32_64"),
+    Pointwise("heaviside", "heaviside", 2, ("heaviside", "heaviside_", "heaviside.out"), "default", "all"),
+    # div with rounding_mode="trunc" | "floor" (rounding_mode=None is true division: ops/elementwise.py)
+    Pointwise("div", "div_trunc", 2, ("div.Tensor_mode", "div_.Tensor_mode", "div.out_mode", "div.Scalar_mode",
+                                      "div_.Scalar_mode", "div.Scalar_mode_out"), "default", "all"),
+    # backward ops of the activations: (grad_output, input or result)
+    _bwd("sigmoid_backward"), _bwd("tanh_backward"), _bwd("silu_backward"), _bwd("hardsigmoid_backward"),
+    Pointwise("hardswish_backward", "hardswish_backward", 2, ("hardswish_backward",), "default", "float"),
+    Pointwise("mish_backward", "mish_backward", 2, ("mish_backward",), "default", "float"),
+    _bwd("gelu_backward", params=lambda e, k, d: ()),
+    _bwd("leaky_relu_backward", params=lambda e, k, d: (float(_number(e[0])),)),
+    _bwd("softplus_backward", params=lambda e, k, d: (float(_number(e[0])), float(_number(e[1])))),
+    _bwd("hardtanh_backward", params=lambda e, k, d: (float(_number(e[0])), float(_number(e[1])))),
+    _bwd("logit_backward", params=lambda e, k, d: _logit_params(e, k, d)),
+    # elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
+    _bwd("elu_backward", inputs=(0, 5),
+         params=lambda e, k, d: (float(_number(e[0])), float(_number(e[1])), float(_number(e[2])), int(bool(e[3])))),
+    # ternary
+    Pointwise("lerp", "lerp", 3, ("lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", "lerp.Scalar", "lerp_.Scalar",
+                                  "lerp.Scalar_out"), "lerp", "float"),
+    Pointwise("addcmul", "addcmul", 3, ("addcmul", "addcmul_", "addcmul.out"), "default", "no_bool", _value_param),
+    Pointwise("addcdiv", "addcdiv", 3, ("addcdiv", "addcdiv_", "addcdiv.out"), "default", "float", _value_param),
+    Pointwise("clamp", "clamp", 3, ("clamp.Tensor", "clamp_.Tensor", "clamp.Tensor_out"), "clamp_tensor", "no_bool",
+              lambda e, k, d: ()),
+    Pointwise("clamp_min", "clamp", 3, ("clamp_min.Tensor", "clamp_min_.Tensor", "clamp_min.Tensor_out"),
+              "clamp_tensor", "no_bool", lambda e, k, d: ()),
+    Pointwise("clamp_max", "clamp", 3, ("clamp_max.Tensor", "clamp_max_.Tensor", "clamp_max.Tensor_out"),
+              "clamp_tensor", "no_bool", lambda e, k, d: ()),
+)
+
+
+# -- type promotion --------------------------------------------------------------------
+def _result_type(args) -> torch.dtype:
+    """torch.result_type folded over the inputs (Python scalars and CPU 0-dim tensors count as
+    scalars, as in TensorIterator)."""
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if len(args) == 1:
+        return args[0].dtype if isinstance(args[0], torch.Tensor) else torch.result_type(torch.empty(0), args[0])
+    dtype = torch.result_type(args[0], args[1])
+    for extra in args[2:]:
+        if extra is None:
+            continue
+        # Keep the category rules: dimensioned tensors outrank 0-dim ones, which outrank scalars.
+        probe = [t for t in tensors if t.dim() > 0] or tensors
+        witness = torch.empty((1,) if probe and probe[0].dim() > 0 else (), dtype=dtype)
+        dtype = torch.result_type(witness, extra)
+    return dtype
+
+
+def _dtypes(row: Pointwise, inputs, extra, kwargs):
+    """(result dtype, compute dtype, common dtype of the inputs) for one call of ``row``."""
+    kind = row.promotion
+    if kind == "same_as_first":
+        common = inputs[0].dtype
+    elif kind == "clamp":  # scalar bounds take part in the promotion (an int tensor clamped to 0.5 is float)
+        if row.name == "clamp":
+            lo, hi = _number(_get(extra, kwargs, 0, "min", None)), _number(_get(extra, kwargs, 1, "max", None))
+            if lo is None and hi is None:
+                raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+        else:
+            lo, hi = _number(extra[0] if extra else kwargs.get("min", kwargs.get("max"))), None
+        common = _result_type([inputs[0]] + [b for b in (lo, hi) if b is not None])
+    elif kind in ("clamp_tensor", "lerp"):
+        common = _result_type([x for x in inputs if x is not None])
+    else:
+        common = _result_type(list(inputs))
+    result = common
+    if kind == "int_to_float" and not (common.is_floating_point or common.is_complex):
+        result = common = torch.get_default_dtype()
+    elif kind == "always_bool":
+        result = torch.bool
+    elif kind == "bool_to_long" and common == torch.bool:
+        result = common = torch.int64
+    compute = torch.float32 if common in _REDUCED else common
+    return result, compute, common
+
+
+def _check_dtypes(row: Pointwise, name: str, common: torch.dtype, inputs) -> None:
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.dtype not in SUPPORTED:
+            raise unsupported_dtype(name, x.dtype, SUPPORTED)
+    if common not in SUPPORTED:
+        raise unsupported_dtype(name, common, SUPPORTED)
+    allowed = row.dtypes
+    if allowed == "float" and not common.is_floating_point:
+        raise RuntimeError(f'"{row.name}" not implemented for \'{_cpu_name(common)}\' (emu supports floating dtypes)')
+    if allowed == "float32_64" and common not in (torch.float32, torch.float64):
+        raise RuntimeError(f'"{row.name}" not implemented for \'{_cpu_name(common)}\' (emu supports float32 and float64)')
+    if allowed in ("integral", "integral_no_bool") and common.is_floating_point:
+        raise RuntimeError(f'"{row.name}_cpu" not implemented for \'{_cpu_name(common)}\'')
+    if allowed in ("no_bool", "integral_no_bool") and common == torch.bool:
+        if row.code == "neg":
+            raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
+                               "to invert a mask, use the `~` or `logical_not()` operator instead.")
+        raise RuntimeError(f'"{row.name}_cpu" not implemented for \'Bool\'')
+
+
+def _cpu_name(dtype) -> str:
+    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype))
+
+
+# -- the generated kernels -----------------------------------------------------------------
+def _operand(x, shape):
+    """A device operand, or an immediate (a Python number) for a scalar / CPU 0-dim operand."""
+    if isinstance(x, torch.Tensor):
+        if x.get_device() >= 0:
+            return device_ref(x, shape, broadcast_strides(x, shape))
+        return x.item()
+    if isinstance(x, (bool, int, float)):
+        return x
+    raise TypeError(f"unsupported operand {type(x).__name__}")
+
+
+def _launch(row: Pointwise, name: str, inputs, extra, kwargs, out, inplace: bool, promote=None, params=None):
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+    device = common_device(name, *tensors, *([out] if out is not None else []))
+    result, compute, common = _dtypes(row, promote if promote is not None else inputs, extra, kwargs)
+    _check_dtypes(row, name, common, inputs)
+    if row.name == "pow" and not common.is_floating_point and common != torch.bool:
+        exponent = inputs[1]
+        if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent < 0:
+            raise RuntimeError("Integers to negative integer powers are not allowed.")
+    if row.name == "addcdiv" and not common.is_floating_point:
+        raise RuntimeError("Integer division with addcdiv is no longer supported, and in a future release addcdiv "
+                           "will perform a true division of tensor1 and tensor2.")
+    shape = broadcast_shape(*[tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in inputs])
+    if params is None:
+        params = row.params(extra, kwargs, compute if compute != torch.bool else result)
+    if inplace:
+        if tuple(out.shape) != tuple(shape):
+            raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape {list(shape)}")
+        if out.dtype != result and not torch.can_cast(result, out.dtype):
+            raise RuntimeError(f"result type {_cpu_name(result)} can't be cast to the desired output type "
+                               f"{_cpu_name(out.dtype)}")
+        check_overlap(name, out, *tensors)
+    elif out is not None:
+        if out.dtype not in SUPPORTED:
+            raise unsupported_dtype(name, out.dtype, SUPPORTED)
+        prepare_out(name, out, shape, result)
+        check_overlap(name, out, *tensors)
+    else:
+        out = empty_like_layout(shape, result, device, *tensors)
+    if out.numel() == 0:
+        return out
+    code = row.code
+    if row.name == "div":
+        code = {"trunc": "div_trunc", "floor": "div_floor"}[kwargs.get("rounding_mode")]
+    if row.name in ("gelu", "gelu_backward") and kwargs.get("approximate", "none") == "tanh":
+        code = "gelu_tanh" if row.name == "gelu" else "gelu_tanh_backward"
+    args = (code, device_ref(out), *(_operand(x, shape) for x in inputs), TO_CODE[compute], TO_CODE[common],
+            *params)
+    rt().launch(row.device_kernel, args, current_stream(device))
+    return out
+
+
+def _split(row: Pointwise, args):
+    if row.inputs is not None:
+        inputs = [args[i] for i in row.inputs]
+        extra = tuple(a for i, a in enumerate(args) if i not in row.inputs)
+    else:
+        inputs, extra = list(args[:row.arity]), tuple(args[row.arity:])
+    return inputs, extra
+
+
+def _clamp_bounds(row: Pointwise, args, kwargs):
+    """clamp.Tensor(self, min=None, max=None), clamp_min/max.Tensor(self, bound): the bounds given,
+    with the missing one as an immediate 0 and the flags parameter saying which are real."""
+    x = args[0]
+    if row.name == "clamp":
+        lo = args[1] if len(args) > 1 else kwargs.get("min")
+        hi = args[2] if len(args) > 2 else kwargs.get("max")
+    elif row.name == "clamp_min":
+        lo, hi = args[1], None
+    else:
+        lo, hi = None, args[1]
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    flags = (1 if lo is not None else 0) | (2 if hi is not None else 0)
+    given = [x] + [b for b in (lo, hi) if b is not None]
+    return [x, 0 if lo is None else lo, 0 if hi is None else hi], given, (flags,)
+
+
+def _make_kernel(row: Pointwise, overload: str, out_name: str | None):
+    base = overload.split(".")[0]
+    inplace = (base.endswith("_") and not base.startswith("__")) or base.startswith("__i")
+    name = f"aten::{overload}"
+
+    def kernel(*args, **kwargs):
+        out = kwargs.pop(out_name, None) if out_name else None
+        if inplace:
+            out = args[0]
+        if row.promotion == "clamp_tensor":
+            inputs, given, params = _clamp_bounds(row, args, kwargs)
+            return _launch(row, name, inputs, (), {}, out, inplace, promote=given, params=params)
+        inputs, extra = _split(row, args)
+        if row.name == "div" and kwargs.get("rounding_mode") is None:  # true division
+            from torch_plugin.ops import elementwise
+            return elementwise.true_divide(inputs[0], inputs[1], out=out)
+        if row.name == "lerp" and len(inputs) < 3:  # lerp.Scalar: the weight is a Python number
+            inputs, extra = list(inputs) + [extra[0] if extra else kwargs.pop("weight")], ()
+        return _launch(row, name, inputs, extra, kwargs, out, inplace)
+    kernel.__name__ = f"emu_pointwise_{overload.replace('.', '_')}"
+    return kernel
+
+
+def _out_argument(schema) -> str | None:
+    for arg in schema.arguments:
+        if arg.kwarg_only and arg.alias_info is not None and arg.alias_info.is_write:
+            return arg.name
+    return None
+
+
+def _overload_packet(overload: str):
+    base, _, name = overload.partition(".")
+    packet = getattr(torch.ops.aten, base, None)
+    if packet is None:
+        return None
+    try:
+        return getattr(packet, name or "default")
+    except AttributeError:
+        return None
+
+
+def registrations() -> dict:
+    """{aten overload: kernel} for every row's overloads that this torch defines."""
+    kernels = {}
+    for row in TABLE:
+        for overload in row.overloads:
+            op = _overload_packet(overload)
+            if op is None:
+                continue
+            kernels[overload] = _make_kernel(row, overload, _out_argument(op._schema))
+    return kernels
+
+
+def table_overloads_missing() -> list[str]:
+    """Overloads the table names that this torch does not define (tests keep it short)."""
+    return [o for row in TABLE for o in row.overloads if _overload_packet(o) is None]
+
