@@ -36,6 +36,12 @@ class ElementType(IntEnum):
     BFLOAT16 = 7
     FLOAT32 = 8
     FLOAT64 = 9
+    # Storage types: copies, conversions and fills only (no arithmetic kernels take them).
+    UINT16 = 10
+    UINT32 = 11
+    UINT64 = 12
+    COMPLEX64 = 13     # two float32: real, imaginary
+    COMPLEX128 = 14    # two float64: real, imaginary
 
 
 # Bytes per element, and the name of each type (the torch dtype it carries has the same name).
@@ -43,7 +49,8 @@ class ElementType(IntEnum):
 ELEMENT_SIZE = {int(ElementType.BOOL): 1, int(ElementType.UINT8): 1, int(ElementType.INT8): 1,
                 int(ElementType.INT16): 2, int(ElementType.INT32): 4, int(ElementType.INT64): 8,
                 int(ElementType.FLOAT16): 2, int(ElementType.BFLOAT16): 2, int(ElementType.FLOAT32): 4,
-                int(ElementType.FLOAT64): 8}
+                int(ElementType.FLOAT64): 8, int(ElementType.UINT16): 2, int(ElementType.UINT32): 4,
+                int(ElementType.UINT64): 8, int(ElementType.COMPLEX64): 8, int(ElementType.COMPLEX128): 16}
 ELEMENT_NAMES = {int(t): t.name.lower() for t in ElementType}
 
 

@@ -2,11 +2,19 @@
 
 The codes come from the runtime (which has them from the driver and the firmware ABI);
 each is named like the torch dtype it carries.
+
+``SUPPORTED``: the dtypes the device's arithmetic kernels take (ops check their operands
+against it). ``STORABLE``: every dtype the device can hold, copy, convert and fill
+(``SUPPORTED`` plus the storage-only uint16/uint32/uint64/complex64/complex128); arithmetic on
+those is not a device kernel.
 """
 import torch
 
 import runtime
 
 TO_CODE = {getattr(torch, name): code for code, name in runtime.ELEMENT_NAMES.items()}
-SUPPORTED = frozenset(TO_CODE)
+STORABLE = frozenset(TO_CODE)
+STORAGE_ONLY = frozenset({torch.uint16, torch.uint32, torch.uint64, torch.complex64, torch.complex128})
+SUPPORTED = STORABLE - STORAGE_ONLY
 FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+COMPLEX = frozenset({torch.complex64, torch.complex128})

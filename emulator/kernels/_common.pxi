@@ -124,7 +124,14 @@ cdef enum:
     DT_BFLOAT16 = 7
     DT_FLOAT32 = 8
     DT_FLOAT64 = 9
-    NUM_DTYPES = 10
+    NUM_ARITHMETIC_DTYPES = 10   # codes below: what check_dtype and the block converters take
+    # Storage-only codes: the copy/convert and fill kernels (strided.pyx) take them.
+    DT_UINT16 = 10
+    DT_UINT32 = 11
+    DT_UINT64 = 12
+    DT_COMPLEX64 = 13
+    DT_COMPLEX128 = 14
+    NUM_DTYPES = 15
 
 cdef enum:
     MAX_RANK = 12
@@ -132,16 +139,19 @@ cdef enum:
     BLOCK = 256      # scratch block length: 256 doubles x 3 stays in L1
 
 cdef inline Py_ssize_t itemsize_of(int dt) noexcept nogil:
-    if dt == DT_INT64 or dt == DT_FLOAT64:
+    if dt == DT_COMPLEX128:
+        return 16
+    if dt == DT_INT64 or dt == DT_FLOAT64 or dt == DT_UINT64 or dt == DT_COMPLEX64:
         return 8
-    if dt == DT_INT32 or dt == DT_FLOAT32:
+    if dt == DT_INT32 or dt == DT_FLOAT32 or dt == DT_UINT32:
         return 4
-    if dt == DT_INT16 or dt == DT_FLOAT16 or dt == DT_BFLOAT16:
+    if dt == DT_INT16 or dt == DT_FLOAT16 or dt == DT_BFLOAT16 or dt == DT_UINT16:
         return 2
     return 1
 
 _DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64",
-                "float16", "bfloat16", "float32", "float64")
+                "float16", "bfloat16", "float32", "float64",
+                "uint16", "uint32", "uint64", "complex64", "complex128")
 
 # Scratch element types for the block converters.
 ctypedef fused acc_t:
@@ -151,7 +161,7 @@ ctypedef fused acc_t:
 
 
 cdef inline bint is_floating(int dt) noexcept nogil:
-    return dt >= DT_FLOAT16
+    return DT_FLOAT16 <= dt <= DT_FLOAT64
 
 
 cdef int check_dtype(object dt, str what) except -1:
@@ -159,11 +169,21 @@ cdef int check_dtype(object dt, str what) except -1:
     cdef long code
     if type(dt) is int:  # the common case, checked without Python-level calls (hot path)
         code = dt
-        if 0 <= code < NUM_DTYPES:
+        if 0 <= code < NUM_ARITHMETIC_DTYPES:
             return <int>code
     if isinstance(dt, bool) or not hasattr(dt, "__index__") or not (0 <= dt.__index__() < NUM_DTYPES):
         raise KernelArgumentError(f"{what}: unknown dtype code {dt!r} (expected 0..9)")
+    if dt.__index__() >= NUM_ARITHMETIC_DTYPES:  # known, but only the copy and fill kernels take it
+        raise KernelArgumentError(f"{what}: {_DTYPE_NAMES[dt.__index__()]} is a storage-only dtype "
+                                  f"(copies and fills); this kernel takes codes 0..9")
     return dt.__index__()
+
+
+cdef inline int check_storage_dtype(object dt, str what) except -1:
+    """check_dtype for the copy/convert and fill kernels, which take every code."""
+    if type(dt) is int and NUM_ARITHMETIC_DTYPES <= dt < NUM_DTYPES:
+        return <int>dt
+    return check_dtype(dt, what)
 
 
 cdef char* as_ptr(object addr, str what) except NULL:

@@ -13,10 +13,22 @@ FLOAT16 = 6
 BFLOAT16 = 7
 FLOAT32 = 8
 FLOAT64 = 9
+# Storage types: the copy/convert and fill kernels (strided.pyx) take them; arithmetic kernels
+# reject them (their block converters compute in float/double/int64, which holds neither uint64
+# beyond 2**63 nor a complex value).
+UINT16 = 10
+UINT32 = 11
+UINT64 = 12
+COMPLEX64 = 13
+COMPLEX128 = 14
 
 ITEMSIZE = {BOOL: 1, UINT8: 1, INT8: 1, INT16: 2, INT32: 4, INT64: 8,
-            FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8}
+            FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4, FLOAT64: 8, UINT16: 2, UINT32: 4, UINT64: 8,
+            COMPLEX64: 8, COMPLEX128: 16}
 NAMES = {BOOL: "bool", UINT8: "uint8", INT8: "int8", INT16: "int16", INT32: "int32",
          INT64: "int64", FLOAT16: "float16", BFLOAT16: "bfloat16", FLOAT32: "float32",
-         FLOAT64: "float64"}
+         FLOAT64: "float64", UINT16: "uint16", UINT32: "uint32", UINT64: "uint64",
+         COMPLEX64: "complex64", COMPLEX128: "complex128"}
 FLOATING = frozenset({FLOAT16, BFLOAT16, FLOAT32, FLOAT64})
+COMPLEX = frozenset({COMPLEX64, COMPLEX128})
+STORAGE_ONLY = frozenset({UINT16, UINT32, UINT64, COMPLEX64, COMPLEX128})

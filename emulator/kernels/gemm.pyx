@@ -199,6 +199,8 @@ cdef bint _check_kinds(int odt, int adt, int bdt, int cdt, bint reads_c) except 
 
 
 cdef int64_t _int_scalar(object v, str what) except? -1:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)  # the signature's defaults (beta=0.0, alpha=1.0)
     if isinstance(v, bool) or not isinstance(v, int) or not -(1 << 63) <= v < (1 << 63):
         raise KernelArgumentError(f"matmul: integer GEMM needs an int64 {what}, got {v!r}")
     return v

@@ -523,15 +523,22 @@ def _index_scatter(table: Operand, values, reduce: int, alpha, include_self: boo
                                       include_self, allow_negative, message)
 
 
-def _indexed_cost(device, *args):
-    # Each iterated element: its index values, one table element read or read-modify-written,
-    # one element of the other side; a few vector cycles per element (address generation).
-    operands = [a for a in args if isinstance(a, Operand)]
-    moving = operands[1] if len(operands) > 1 and operands[1].numel > operands[0].numel else operands[0]
-    n = max(o.numel for o in operands)
-    item = dtypes.ITEMSIZE[operands[0].dtype]
-    moved = 2 * n * item + sum(o.nbytes for o in operands[2:])
-    return _roofline(device, device.vector_engine.elementwise_ns(n, 3.0), moved, n if moving else 0)
+def _indexed_cost(device, table: Operand, nidx: int, rest):
+    # Per iterated element (the index operands' shape): its index values are read, one table
+    # element is read (or read-modified-written) and one element of the other side moves; a few
+    # vector cycles go to address generation. The table is not streamed whole.
+    indices = [a for a in rest if isinstance(a, Operand)][-nidx:]
+    n = indices[0].numel
+    moved = 2 * n * dtypes.ITEMSIZE[table.dtype] + sum(o.nbytes for o in indices)
+    return _roofline(device, device.vector_engine.elementwise_ns(n, 3.0), moved, n)
+
+
+def _index_gather_cost(device, out, table, allow_negative, message, nidx, *rest):
+    return _indexed_cost(device, table, nidx, rest)
+
+
+def _index_scatter_cost(device, table, values, reduce, alpha, include_self, allow_negative, message, nidx, *rest):
+    return _indexed_cost(device, table, nidx, rest)
 
 
 def _where(out: Operand, cond: Operand, a, b, compute_dtype: int):
@@ -762,8 +769,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("norm_forward", "vector", _norm_forward, _norm_cost(4.0, 7)),
     Kernel("norm_backward", "vector", _norm_backward, _norm_cost(6.0, 11)),
     # -- indexing and data movement (indexing.pyx)
-    Kernel("index_gather", "vector", _index_gather, _indexed_cost),
-    Kernel("index_scatter", "vector", _index_scatter, _indexed_cost),
+    Kernel("index_gather", "vector", _index_gather, _index_gather_cost),
+    Kernel("index_scatter", "vector", _index_scatter, _index_scatter_cost),
     Kernel("where", "vector", _where, _vector_cost(1.0, 0)),
     Kernel("count_nonzero", "vector", _count_nonzero, _data_dependent_cost),
     Kernel("nonzero", "vector", _nonzero, _data_dependent_cost),

@@ -447,8 +447,9 @@ def test_matmul_degenerate_and_errors():
     assert (run_mm(a, b, D.FLOAT32, beta=2.0, c=c) == 2).all()
     gemm.matmul(0, D.FLOAT32, (1, 1), 0, D.FLOAT32, (1, 1), 0, D.FLOAT32, (1, 1), 0, 5, 7)
     i = np.ones((2, 2), np.int32)
-    with pytest.raises(ValueError, match="integer dtypes are not supported"):
-        run_mm(i, i, D.INT32)
+    assert (run_mm(i, i, D.INT32) == 2).all()                       # integer GEMM (exact, wrapping)
+    with pytest.raises(ValueError, match="all floating or all integer"):
+        run_mm(i, i.astype(np.float32), D.FLOAT32)
     one = np.ones((2, 2), np.float32)
     with pytest.raises(ValueError):
         gemm.matmul(ptr(one), 99, (2, 1), ptr(one), D.FLOAT32, (2, 1), ptr(one), D.FLOAT32, (2, 1), 2, 2, 2)

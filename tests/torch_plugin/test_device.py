@@ -645,6 +645,15 @@ def test_random_without_bounds_uses_the_dtype_range():
 
 
 # -------------------------------------------------------------------- op telemetry
+# Ops with only a CPU kernel: they reach the host fallback whatever aten ops have emu kernels.
+_host_ops = torch.library.Library("seed_device_test", "DEF")
+_host_ops.define("atan2(Tensor a, Tensor b) -> Tensor")
+_host_ops.define("hypot(Tensor a, Tensor b) -> Tensor")
+_host_ops.impl("atan2", torch.atan2, "CPU")
+_host_ops.impl("hypot", torch.hypot, "CPU")
+host_atan2, host_hypot = torch.ops.seed_device_test.atan2, torch.ops.seed_device_test.hypot
+
+
 def test_op_stats_counts_native_and_host_fallback():
     torch.emu.reset_op_stats()
     a = torch.ones(4, device="emu")
@@ -652,27 +661,28 @@ def test_op_stats_counts_native_and_host_fallback():
     a * 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.atan2(a, a)
+        host_atan2(a, a)
     stats = torch.emu.op_stats()
     assert stats["native"]["aten::add.Tensor"] == 1
     assert stats["native"]["aten::mul.Tensor"] == 1
-    assert stats["host_fallback"] == {"aten::atan2.out": 1}
-    assert "aten::atan2.out" not in stats["native"]  # exactly one path per op instance
+    assert stats["host_fallback"] == {"seed_device_test::atan2": 1}
+    assert "seed_device_test::atan2" not in stats["native"]  # exactly one path per op instance
     torch.emu.reset_op_stats()
-    assert torch.emu.op_stats() == {"native": {}, "host_fallback": {}, "host_fallback_copies": {}}
+    assert torch.emu.op_stats() == {"native": {}, "composite": {}, "decomposition": {}, "host_fallback": {},
+                                    "rejection": {}, "host_fallback_copies": {}}
 
 
 def test_host_fallback_warns_once_per_op():
-    op = "aten::hypot.out"
+    op = "seed_device_test::hypot"
     fallback._warned.discard(op)  # the warning is once per process; forget any earlier test's use
     a = torch.full((3,), 3.0, device="emu")
     b = torch.full((3,), 4.0, device="emu")
     torch.emu.reset_op_stats()
-    with pytest.warns(UserWarning, match="aten::hypot.out has no emu kernel"):
-        first = torch.hypot(a, b)
+    with pytest.warns(UserWarning, match="seed_device_test::hypot has no emu kernel"):
+        first = host_hypot(a, b)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a second warning for the same op would raise here
-        second = torch.hypot(a, b)
+        second = host_hypot(a, b)
     assert first.device.type == "emu" and first.cpu().tolist() == [5.0, 5.0, 5.0]
     assert torch.equal(second.cpu(), first.cpu())
     assert torch.emu.op_stats()["host_fallback"][op] == 2  # counted every time
@@ -682,8 +692,9 @@ def test_host_fallback_can_be_forbidden():
     a = torch.ones(3, device="emu")
     torch.emu.set_host_fallback(False)
     try:
-        with pytest.raises(RuntimeError, match="aten::atan2.out has no emu kernel and host fallback is disabled"):
-            torch.atan2(a, a)
+        with pytest.raises(RuntimeError, match="seed_device_test::atan2 has no emu kernel and host fallback is "
+                                               "disabled"):
+            host_atan2(a, a)
         assert (a + a).cpu().tolist() == [2.0, 2.0, 2.0]  # native ops still run
     finally:
         torch.emu.set_host_fallback(True)

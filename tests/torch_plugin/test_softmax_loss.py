@@ -213,15 +213,14 @@ def test_cross_entropy_autograd(stats, dtype):
     stats.no_fallback()
 
 
-def test_higher_dim_nll_loss_is_counted_host_fallback():
-    # (N, C, d1) goes to nll_loss2d / host fallback: counted, and correct.
-    torch.emu.reset_op_stats()
+def test_higher_dim_nll_loss_is_native(stats):
+    # (N, C, d1) reaches nll_loss2d, which has a device kernel (more cases in test_losses.py).
     x = randn((2, 3, 4), torch.float32)
     t = torch.randint(0, 3, (2, 4), generator=torch.Generator().manual_seed(0))
-    with pytest.warns(UserWarning):
-        got = F.nll_loss(x.to("emu"), t.to("emu"))
+    got = F.nll_loss(x.to("emu"), t.to("emu"))
     torch.testing.assert_close(got.cpu(), F.nll_loss(x, t), **REDUCED_TOL[torch.float32])
-    assert torch.emu.op_stats()["host_fallback"]
+    assert stats.native("aten::nll_loss2d_forward") == 1
+    stats.no_fallback()
 
 
 def test_out_of_range_target_is_sticky_kernel_fault():

@@ -7,7 +7,7 @@ import torch
 
 import runtime
 from torch_plugin import _C
-from torch_plugin._dtypes import SUPPORTED, TO_CODE
+from torch_plugin._dtypes import STORABLE, SUPPORTED, TO_CODE
 
 
 def rt() -> runtime.Runtime:
@@ -68,11 +68,17 @@ def broadcast_strides(t: torch.Tensor, shape) -> tuple:
                  for i in range(len(shape)))
 
 
-def check_dtype(op: str, *tensors) -> None:
+def check_dtype(op: str, *tensors, allowed=SUPPORTED) -> None:
+    """The operands' dtypes must be in ``allowed`` (default: the arithmetic dtypes)."""
     for t in tensors:
-        if isinstance(t, torch.Tensor) and t.dtype not in SUPPORTED:
+        if isinstance(t, torch.Tensor) and t.dtype not in allowed:
             raise TypeError(f"{op}: dtype {t.dtype} is not supported on emu "
-                            f"(supported: {', '.join(sorted(str(d) for d in SUPPORTED))})")
+                            f"(supported: {', '.join(sorted(str(d) for d in allowed))})")
+
+
+def check_storable(op: str, *tensors) -> None:
+    """check_dtype for copies, fills and views: every dtype the device can store."""
+    check_dtype(op, *tensors, allowed=STORABLE)
 
 
 def common_device(op: str, *tensors) -> int:

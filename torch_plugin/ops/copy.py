@@ -8,13 +8,21 @@ copies convert on the device first. A copy waits for completion unless it is
 as with CUDA). Negated views (``torch._neg_view``) copy their stored values and
 negate the destination afterwards; overlapping destinations are rejected with
 ATen's rules.
+Conjugated views (``x.conj()`` of a complex tensor) copy their stored values and
+conjugate the destination afterwards (its imaginary part, negated on the device
+for an emu destination), as CPU's copy_ resolves them. Every storable dtype
+(``_dtypes.STORABLE``: the arithmetic ones plus uint16/32/64 and complex64/128)
+is copied and converted on the device; complex -> real takes the real part
+with CPU's warning.
 """
 from __future__ import annotations
+
+import warnings
 
 import torch
 
 from torch_plugin._bridge import BRIDGE
-from torch_plugin.ops._common import (check_dtype, current_stream, device_ref, host_ref,
+from torch_plugin.ops._common import (check_storable, current_stream, device_ref, host_ref,
                                       non_overlapping_and_dense, rt)
 
 
@@ -28,33 +36,50 @@ def _convert_on_device(dst: torch.Tensor, src: torch.Tensor) -> None:
 
 
 def _without_neg(t: torch.Tensor) -> torch.Tensor:
-    """An alias of t (same memory, same geometry) whose negative bit is cleared."""
+    """An alias of t (same memory, same geometry) whose negative and conjugate bits are cleared."""
     alias = t.as_strided(t.shape, t.stride(), t.storage_offset())
     torch._C._set_neg(alias, False)
+    torch._C._set_conj(alias, False)
     return alias
 
 
+def _fix_signs(dst: torch.Tensor, negate: bool, conjugate: bool) -> None:
+    """Negate and/or conjugate dst's memory in place (dst has neither bit set), on dst's device."""
+    if not dst.is_complex():
+        dst.mul_(-1)  # in the stored dtype (wraps for uint8, as CPU's neg does); on dst's stream
+        return
+    parts = torch.view_as_real(dst)  # float32/float64 views of the parts: device kernels
+    if negate and conjugate:
+        parts[..., 0].neg_()   # -conj(z) = -re + i im
+    elif negate:
+        parts.neg_()
+    else:
+        parts[..., 1].neg_()
+
+
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-    if src.is_conj() or dst.is_conj():  # only complex tensors carry it, and emu has no complex dtype
-        raise RuntimeError("copy_: conjugated views are not supported on emu (no complex dtypes); "
-                           "call .resolve_conj() on the CPU")
-    check_dtype("copy_", src, dst)
+    check_storable("copy_", src, dst)
+    if src.is_complex() and not dst.is_complex():
+        # CPU's copy_ warns (TORCH_WARN_ONCE); Python's warning filters show it once per call site.
+        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2)
     if dst.numel() == 0:
         return dst
-    # Negative bits (torch._neg_view) arrive here through the Negative fallthrough. Copy the
-    # stored values, then negate the destination's memory when exactly one side is negated
-    # (what CPU's copy_ does): dst reads back as src.
+    # Negative bits (torch._neg_view) and conjugate bits (x.conj()) arrive here through the
+    # Negative and Conjugate fallthroughs. Copy the stored values, then negate/conjugate the
+    # destination's memory when exactly one side has the bit (what CPU's copy_ does): dst reads
+    # back as src.
     negate = src.is_neg() != dst.is_neg()
+    conjugate = src.is_conj() != dst.is_conj() and dst.is_complex()
     if negate and torch.bool in (src.dtype, dst.dtype):
         raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are "
                            "trying to invert a mask, use the `~` or `logical_not()` operator instead.")
-    if src.is_neg():
+    if src.is_neg() or src.is_conj():
         src = _without_neg(src)
     user_dst = dst
-    if dst.is_neg():
+    if dst.is_neg() or dst.is_conj():
         dst = _without_neg(dst)
-    if negate:
-        non_blocking = False  # a host destination is negated on the host once the copy has landed
+    if negate or conjugate:
+        non_blocking = False  # a host destination is fixed on the host once the copy has landed
     # The overlap checks CPU's copy_ does (TensorIterator: assert_no_internal_overlap(dst),
     # assert_no_partial_overlap(dst, src)); ATen skips them on the _copy_from path, so they
     # are ours. They apply to a host destination too, and run on the un-broadcast src.
@@ -76,8 +101,8 @@ def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) 
         _device_to_host(dst, src, non_blocking)
     else:
         _device_to_device(dst, src)
-    if negate:
-        dst.mul_(-1)  # in the stored dtype (wraps for uint8, as CPU's neg does); on dst's stream
+    if negate or conjugate:
+        _fix_signs(dst, negate, conjugate)
     return user_dst
 
 

@@ -66,7 +66,8 @@ DECOMPOSITIONS: tuple[Decomposition, ...] = (
     Decomposition(("rad2deg", "rad2deg.out"), ("mul.Tensor", "_to_copy")),
     Decomposition(("mse_loss_backward", "mse_loss_backward.grad_input"), ("sub.Tensor", "mul.Tensor", "_to_copy"),
                   note="norm * (input - target) * grad_output"),
-    Decomposition(("native_dropout_backward", "native_dropout_backward.out"), ("mul.Tensor", "_to_copy", "clone"),
+    Decomposition(("native_dropout_backward", "native_dropout_backward.out"),
+                  ("mul.Tensor", "_to_copy", "clone", "type_as"),
                   note="grad_output * mask * scale"),
     # Waiting for ops that others are adding (active as soon as they are native):
     Decomposition(("lerp.Scalar", "lerp.Tensor", "lerp.Scalar_out", "lerp.Tensor_out", "lerp_.Scalar", "lerp_.Tensor"),
@@ -75,8 +76,9 @@ DECOMPOSITIONS: tuple[Decomposition, ...] = (
     Decomposition(("baddbmm", "baddbmm.out"), ("add.Tensor", "bmm", "mul.Tensor", "_to_copy")),
 )
 
-# CompositeExplicitAutograd ops whose implementation reaches only device ops (or metadata):
-# a decomposition may produce them.
+# Composite ops (CompositeExplicitAutograd, or CompositeImplicitAutograd: a decomposition runs
+# below autograd, where those are still whole ops) whose implementation reaches only device ops
+# or metadata: a decomposition may produce them.
 DEVICE_COMPOSITES = {
     "sum": "sum.dim_IntList",
     "_to_copy": "empty_strided + copy_",
@@ -84,6 +86,7 @@ DEVICE_COMPOSITES = {
     "copy_": "_copy_from",
     "expand": "as_strided (a view)",
     "new_full": "empty + fill_",
+    "type_as": "CompositeImplicitAutograd: to(other.dtype), i.e. _to_copy",
 }
 
 

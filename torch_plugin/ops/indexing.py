@@ -28,7 +28,7 @@ import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
-from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
+from torch_plugin.ops._common import (_byte_range, broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, resize_out,
                                       rt)
 from torch_plugin.ops.factories import _python_value
@@ -36,7 +36,7 @@ from torch_plugin.ops.factories import _python_value
 _INT_INDEX = (torch.int64, torch.int32)
 _OUT_OF_BOUNDS = "index {index} is out of bounds for dimension {dim} with size {size}"
 _OUT_OF_RANGE = "index out of range in self"
-_REDUCE_CODES = {"sum": 1, "add": 1, "prod": 2, "multiply": 2, "amax": 3, "amin": 4, "mean": 5}
+_REDUCE_CODES = {"sum": 1, "add": 1, "prod": 2, "multiply": 2, "amax": 3, "max": 3, "amin": 4, "min": 4, "mean": 5}
 
 
 def _emu(device: int) -> torch.device:
@@ -140,11 +140,17 @@ def _cat_memory_format(tensors):
     return fmt or torch.contiguous_format
 
 
+def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    alo, ahi = _byte_range(a)
+    blo, bhi = _byte_range(b)
+    return alo < bhi and blo < ahi
+
+
 def _cat(tensors, dim, out=None):
     name = "torch.cat()"
     tensors = list(tensors)
     if not tensors:
-        raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
     for i, t in enumerate(tensors):
         if t.dim() == 0:
             raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
@@ -179,7 +185,7 @@ def _cat(tensors, dim, out=None):
         if not torch.can_cast(dtype, out.dtype):
             raise RuntimeError(f"torch.cat(): input types can't be cast to the desired output type {out.dtype}")
         for i, t in enumerate(tensors):
-            if out.numel() and t.numel() and torch._C._is_alias_of(t, out):
+            if out.numel() and t.numel() and torch._C._is_alias_of(t, out) and _overlaps(t, out):
                 raise RuntimeError("torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
                                    f"output memory locations. Found overlap in input tensor {i}")
         resize_out(out, shape)
@@ -207,13 +213,15 @@ def _index_select(x, dim, index, out=None):
     if index.dim() > 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
     if index.dtype not in _INT_INDEX:
-        raise IndexError("index_select(): Expected dtype int32 or int64 for index")
+        raise RuntimeError("index_select(): Expected dtype int32 or int64 for index")
     if out is not None and out.dtype != x.dtype:
         raise RuntimeError("index_select(): self and result must have the same scalar type")
     d = _wrap_dim(dim, x.dim())
     if x.dim() == 0 and index.numel() != 1:
         raise IndexError("index_select(): Index to scalar can have only 1 value, got "
                          f"{index.numel()} value(s)")
+    if x.dim() and x.shape[d] == 0 and index.numel():
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     shape = () if x.dim() == 0 else tuple(x.shape[:d]) + (index.numel(),) + tuple(x.shape[d + 1:])
     out = _prepare_out(name, out, shape, x.dtype, device, x, index)
     if out.numel() == 0:
@@ -251,14 +259,21 @@ def _check_gather_shapes(name: str, x, dim: int, index, src=None) -> None:
                                f"from dimension {dim} and to be no larger size than src {list(src.shape)}")
 
 
+def _check_empty_dim(x, d: int, index) -> None:
+    """Every index into an extent-0 dim is out of bounds: known without reading the index."""
+    if index.numel() and _shape1(x)[0][d] == 0:
+        raise RuntimeError(f"index is out of bounds for dimension {d} with size 0")
+
+
 def _gather(x, dim, index, out=None):
     name = "gather()"
     device = common_device("aten::gather", x, index, *([out] if out is not None else []))
     _supported("aten::gather", x)
-    if index.dtype != torch.int64:
-        raise RuntimeError("gather(): Expected dtype int64 for index")
+    if index.dtype not in _INT_INDEX:
+        raise RuntimeError("gather(): Expected dtype int32/int64 for index")
     d = _wrap_dim(dim, x.dim())
     _check_gather_shapes(name, x, d, index)
+    _check_empty_dim(x, d, index)
     out = _prepare_out("aten::gather", out, tuple(index.shape), x.dtype, device, x, index)
     if out.numel() == 0:
         return out
@@ -285,6 +300,9 @@ def _expand_bool_indices(x, indices, device):
         if t is None:
             result.append(None)
             continue
+        if t.dtype in (torch.bool, torch.uint8) and t.dim() == 0:
+            raise RuntimeError("aten::index: a 0-dim boolean index is not supported on emu (CPU's kernel fails an "
+                               "internal assert on it too); Python's x[True] adds a dimension without reaching it")
         if t.dtype in (torch.bool, torch.uint8):
             if t.dtype == torch.uint8:
                 warnings.warn("indexing with dtype torch.uint8 is now deprecated, please use a dtype torch.bool "
@@ -305,6 +323,12 @@ def _expand_bool_indices(x, indices, device):
     if len(result) > x.dim():
         raise IndexError(f"too many indices for tensor of dimension {x.dim()} (got {len(result)})")
     return result
+
+
+def _check_indexed_extents(x, indices) -> None:
+    for k, t in enumerate(indices):
+        if t is not None and t.numel() and x.shape[k] == 0:
+            raise IndexError("index is out of bounds for dimension with size 0")
 
 
 def _advanced_plan(x, indices):
@@ -338,6 +362,7 @@ def _index(x, indices, out=None):
     if all(t is None for t in indices):
         raise RuntimeError("index(): at least one index must be defined")  # ATen builds a view instead
     expanded = _expand_bool_indices(x, indices, device)
+    _check_indexed_extents(x, expanded)
     shape, iter_strides, args = _advanced_plan(x, expanded)
     out = _prepare_out(name, out, shape, x.dtype, device, x)
     if out.numel() == 0:
@@ -368,6 +393,7 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     expanded = _expand_bool_indices(self, indices, device)
     if all(t is None for t in expanded):
         raise RuntimeError("index_put_: at least one index must be defined")
+    _check_indexed_extents(self, expanded)
     shape, iter_strides, args = _advanced_plan(self, expanded)
     try:
         vshape = broadcast_shape(shape, tuple(values.shape))
@@ -400,12 +426,13 @@ def _scatter(name, self, dim, index, src, reduce_code, include_self=True, out=No
     tensors = [t for t in (self, index, src, out) if isinstance(t, torch.Tensor)]
     device = common_device(f"aten::{name}", *tensors)
     _supported(f"aten::{name}", self, src)
-    if index.dtype != torch.int64:
-        raise RuntimeError(f"{name}(): Expected dtype int64 for index")
+    if index.dtype not in _INT_INDEX:
+        raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
     if isinstance(src, torch.Tensor) and src.dtype != self.dtype:
         raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")
     d = _wrap_dim(dim, self.dim())
     _check_gather_shapes(name, self, d, index, src if isinstance(src, torch.Tensor) else None)
+    _check_empty_dim(self, d, index)
     if reduce_code == 5 and self.dtype == torch.bool:
         raise NotImplementedError("\"scatter_gather_tensor_cpu_reduce_mean\" not implemented for 'Bool'")
     if inplace:
@@ -413,7 +440,7 @@ def _scatter(name, self, dim, index, src, reduce_code, include_self=True, out=No
         if torch._debug_has_internal_overlap(self) == 1:
             check_overlap(f"aten::{name}", self)
     else:
-        result = _prepare_out(f"aten::{name}", out, tuple(self.shape), self.dtype, device, index,
+        result = _prepare_out(f"aten::{name}", out, tuple(self.shape), self.dtype, device, self, index,
                               *([src] if isinstance(src, torch.Tensor) else []))
         if result.numel():
             result.copy_(self)
@@ -432,9 +459,13 @@ def _scatter(name, self, dim, index, src, reduce_code, include_self=True, out=No
     return result
 
 
-def _old_reduce(reduce):
+def _old_reduce(reduce, src_is_tensor=False):
     if reduce not in ("add", "multiply"):
         raise RuntimeError(f"reduce argument must be either add or multiply. Got {reduce}")
+    if src_is_tensor:
+        warnings.warn("The reduce argument of torch.scatter with Tensor src is deprecated and will be removed in a "
+                      "future PyTorch release. Use torch.scatter_reduce instead for more reduction options.",
+                      UserWarning, stacklevel=4)
     return _REDUCE_CODES[reduce]
 
 
@@ -463,15 +494,15 @@ def scatter_value_out(self, dim, index, value, *, out):
 
 
 def scatter_reduce_src(self, dim, index, src, *, reduce):
-    return _scatter("scatter", self, dim, index, src, _old_reduce(reduce))
+    return _scatter("scatter", self, dim, index, src, _old_reduce(reduce, True))
 
 
 def scatter_reduce_src_(self, dim, index, src, *, reduce):
-    return _scatter("scatter", self, dim, index, src, _old_reduce(reduce), inplace=True)
+    return _scatter("scatter", self, dim, index, src, _old_reduce(reduce, True), inplace=True)
 
 
 def scatter_reduce_src_out(self, dim, index, src, *, reduce, out):
-    return _scatter("scatter", self, dim, index, src, _old_reduce(reduce), out=out)
+    return _scatter("scatter", self, dim, index, src, _old_reduce(reduce, True), out=out)
 
 
 def scatter_value_reduce(self, dim, index, value, *, reduce):
@@ -499,7 +530,7 @@ def scatter_add_out(self, dim, index, src, *, out):
 
 
 def _two_reduce(reduce):
-    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+    if reduce not in ("sum", "prod", "mean", "amax", "amin", "max", "min"):  # CPU takes max/min too
         raise RuntimeError(f"reduce argument must be either sum, prod, mean, amax or amin, got {reduce}")
     return _REDUCE_CODES[reduce]
 
@@ -520,19 +551,26 @@ def scatter_reduce_two_out(self, dim, index, src, reduce, *, include_self=True, 
 # index_add, index_copy, index_fill_
 
 def _check_index_source(name, self, d, index, source) -> None:
+    """CPU's checks (index_add: RuntimeError; index_copy: an IndexError for the count)."""
     n = index.numel()
-    if source.dim() == 0 and self.dim() <= 1 or max(source.dim(), 1) == max(self.dim(), 1):
-        sshape, xshape = _shape1(source)[0], _shape1(self)[0]
-        if sshape[d] != n:
-            raise RuntimeError(f"{name}: Number of indices ({n}) should be equal to source.size(dim) ({sshape[d]})")
-        for k in range(len(xshape)):
-            if k != d and sshape[k] != xshape[k]:
-                raise RuntimeError(f"{name}: source tensor shape must match self tensor shape, excluding the "
-                                   f"specified dimension. Got self.shape = {list(self.shape)} source.shape = "
-                                   f"{list(source.shape)}")
-        return
-    raise RuntimeError(f"{name}: source tensor shape must match self tensor shape, excluding the specified "
-                       f"dimension. Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    copy = name.startswith("index_copy")
+    mismatch = RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified "
+                            f"dimension. Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    if not (source.dim() == 0 and self.dim() <= 1 or max(source.dim(), 1) == max(self.dim(), 1)):
+        raise mismatch
+    sshape, xshape = _shape1(source)[0], _shape1(self)[0]
+    for k in range(len(xshape)):
+        if k != d and sshape[k] != xshape[k]:
+            if copy:
+                raise RuntimeError(f"{name}: Source/destination tensor must have same slice shapes. Destination "
+                                   f"slice shape: {xshape[k]} at dimension {k} and source slice shape: {sshape[k]} "
+                                   f"at dimension {k}.")
+            raise mismatch
+    if sshape[d] != n:
+        if copy:
+            raise IndexError(f"{name}: Number of indices ({n}) should be equal to source.size(dim) ({sshape[d]})")
+        raise RuntimeError(f"{name}: Number of indices ({n}) should be equal to source.size(dim): ({sshape[d]}), "
+                           f"for dim: {d}")
 
 
 def _index_accumulate(kind, self, dim, index, source, alpha=1, out=None, inplace=False):
@@ -541,7 +579,10 @@ def _index_accumulate(kind, self, dim, index, source, alpha=1, out=None, inplace
     device = common_device(f"aten::{kind}", *tensors)
     _supported(f"aten::{kind}", self, source)
     if index.dim() > 1:
-        raise IndexError(f"{name}: Index is supposed to be a vector")
+        if kind == "index_add":
+            raise IndexError(f"{name}: Index is supposed to be a vector, but got dim: {index.dim()} with type: "
+                             f"{_dtype_name(index.dtype)} and size: {list(index.shape)}")
+        raise IndexError(f"{name}: Index should have dimension 1 or 0 (got {index.dim()})")
     if kind == "index_add":
         if index.dtype not in _INT_INDEX:
             raise RuntimeError(f"{name}: Expected dtype int32/int64 for index")
@@ -559,7 +600,7 @@ def _index_accumulate(kind, self, dim, index, source, alpha=1, out=None, inplace
     if inplace:
         result = self
     else:
-        result = _prepare_out(f"aten::{kind}", out, tuple(self.shape), self.dtype, device, index, source)
+        result = _prepare_out(f"aten::{kind}", out, tuple(self.shape), self.dtype, device, self, index, source)
         if result.numel():
             result.copy_(self)
     check_overlap(f"aten::{kind}", result, index, source)
@@ -623,9 +664,9 @@ def _index_fill_(self, dim, index, value):
     device = common_device(f"aten::{name}", self, index, *([value] if isinstance(value, torch.Tensor) else []))
     _supported(f"aten::{name}", self)
     if index.dtype != torch.int64:
-        raise RuntimeError(f"index_fill_(): Expected a long tensor for index, but got {_dtype_name(index.dtype)}")
+        raise IndexError("index_fill_(): Expected dtype int64 for index.")
     if index.dim() > 1:
-        raise IndexError("Index has to be a vector/scalar")
+        raise RuntimeError("Index has to be a vector/scalar")
     d = _wrap_dim(dim, self.dim())
     value = _scalar_value(name, value, self.dtype, device)
     check_overlap(f"aten::{name}", self, index)

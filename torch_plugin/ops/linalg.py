@@ -88,12 +88,22 @@ def _check_inplace_shape(self, target) -> None:
                            f"{list(target)} should match")
 
 
-def _prepare_out(op, out, shape, dtype, *inputs):
-    """out= of a matrix product: exact dtype (as CPU), resized like ATen's resize_output."""
+def _prepare_out(op, out, shape, dtype, *inputs, products=()):
+    """out= of a matrix product: exact dtype (as CPU), resized like ATen's resize_output.
+    ``products``: the multiplied operands, which out may not alias at all (the added term may
+    alias it exactly: the in-place form)."""
     common_device(op, out, *inputs)
     if out.dtype != dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {_NAMES.get(dtype, dtype)}, but got "
                            f"{_NAMES.get(out.dtype, out.dtype)} instead")
+    # An out that must be resized cannot alias a multiplied operand: the resize would change the
+    # operand under the product (CPU computes garbage there). Refuse it before anything changes.
+    # (An exact alias of the right shape is fine: the kernel reads its inputs before it writes.)
+    if tuple(out.shape) != tuple(shape) and any(
+            isinstance(t, torch.Tensor) and t.numel() and out.numel() and torch._C._is_alias_of(t, out)
+            for t in products):
+        raise RuntimeError(f"{op}: unsupported operation: some elements of the input tensor and the written-to "
+                           "tensor refer to a single memory location.")
     resize_out(out, shape)
     check_overlap(op, out, *inputs)
 
@@ -129,7 +139,7 @@ def _matmul(op, out, a, b, bias, beta, alpha):
         out = torch.empty((M, N), dtype=a.dtype, device=torch.device("emu", device))
     else:
         # bias too: out= may alias it exactly (the in-place form), never partly.
-        _prepare_out(op, out, (M, N), a.dtype, a, b, *([bias] if bias is not None else []))
+        _prepare_out(op, out, (M, N), a.dtype, a, b, *([bias] if bias is not None else []), products=(a, b))
     if out.numel() == 0:
         return out
     if alpha == 0:
@@ -221,7 +231,7 @@ def _batched(op, kernel, out, b1, b2, bias, beta, alpha):
     if out is None:
         out = torch.empty(shape, dtype=b1.dtype, device=torch.device("emu", device))
     else:
-        _prepare_out(op, out, shape, b1.dtype, *tensors)
+        _prepare_out(op, out, shape, b1.dtype, *tensors, products=(b1, b2))
     if out.numel() == 0:
         return out
     if alpha == 0:
@@ -329,7 +339,7 @@ def _addmv(op, out, self, mat, vec, beta, alpha):
     if out is None:
         out = torch.empty((M,), dtype=mat.dtype, device=emu)
     else:
-        _prepare_out(op, out, (M,), mat.dtype, *(t for t in (self, mat, vec) if t is not None))
+        _prepare_out(op, out, (M,), mat.dtype, *(t for t in (self, mat, vec) if t is not None), products=(mat, vec))
     if out.numel() == 0:
         return out
     bias = None if self is None else (self.reshape(1, 1) if self.numel() == 1 else _col(self))

@@ -30,7 +30,7 @@ import torch
 from torch_plugin._dtypes import FLOATING, SUPPORTED
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops import fallback
-from torch_plugin.ops._common import (broadcast_strides, check_overlap, common_device, current_stream, device_ref,
+from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device, current_stream, device_ref,
                                       resize_out, rt)
 
 _REDUCTIONS = (0, 1, 2)  # none, mean, sum
@@ -276,6 +276,7 @@ def _weight_ref(weight, C):
 
 def _nll_loss2d_forward(x, target, weight, reduction, ignore_index, output=None, total_weight=None):
     name = "aten::nll_loss2d_forward"
+    _check_nll2d(x, target, weight, reduction)  # shape errors are CPU's, whichever path runs
     if not _native_nll2d(x, target, weight):
         if output is None:
             return fallback.run_on_host(torch.ops.aten.nll_loss2d_forward.default, x, target, weight, reduction,
@@ -315,6 +316,7 @@ def nll_loss2d_forward_output(self, target, weight, reduction, ignore_index, *, 
 
 def _nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight, grad_input=None):
     name = "aten::nll_loss2d_backward"
+    _check_nll2d(x, target, weight, reduction)
     if not (_native_nll2d(x, target, weight) and grad_output.dtype == x.dtype and total_weight.dtype == x.dtype):
         args = (grad_output, x, target, weight, reduction, ignore_index, total_weight)
         if grad_input is None:
@@ -384,7 +386,7 @@ _TITLES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half
 
 
 def _bshape(*tensors):
-    return tuple(torch.broadcast_shapes(*(tuple(t.shape) for t in tensors if t is not None)))
+    return tuple(broadcast_shape(*(tuple(t.shape) for t in tensors if t is not None)))
 
 
 def _bref(t, shape):
@@ -395,7 +397,7 @@ def _check_broadcasts_to(t, shape):
     """``t`` must broadcast to ``shape`` without growing it (CPU's in-place broadcasting rule)."""
     if t is None:
         return
-    joint = torch.broadcast_shapes(tuple(t.shape), tuple(shape))  # raises CPU's size-mismatch error
+    joint = broadcast_shape(tuple(shape), tuple(t.shape))  # raises CPU's size-mismatch error
     if tuple(joint) != tuple(shape):
         raise RuntimeError(f"output with shape {list(shape)} doesn't match the broadcast shape {list(joint)}")
 

@@ -361,7 +361,7 @@ def _launch(row: Pointwise, name: str, inputs, extra, kwargs, out, inplace: bool
     elif out is not None:
         if out.dtype not in SUPPORTED:
             raise unsupported_dtype(name, out.dtype, SUPPORTED)
-        prepare_out(name, out, shape, result)
+        prepare_out(name, out, shape, result, *tensors)
         check_overlap(name, out, *tensors)
     else:
         out = empty_like_layout(shape, result, device, *tensors)
