@@ -263,10 +263,13 @@ class FirmwareInstance:
         # processor's job; invalidated by any page-table change).
         key = (name, args)
         generation = self._mmu.generation
-        decoded = self._launches.get(key)
+        # 0 == -0.0 == False: launches whose arguments differ only in a zero's sign or type would
+        # share a cache entry (and -0.0 would fill +0.0), so a zero argument is never cached.
+        decoded = self._launches.get(key) if 0 not in args else None
         if decoded is None or decoded[0] != generation:
             decoded = self._decode_launch(name, args, generation)
-            self._launches.put(key, decoded)
+            if 0 not in args:
+                self._launches.put(key, decoded)
         _, run, timeline, unit, label, operands, duration, nbytes, flops = decoded
         start = timeline.free_at if timeline.free_at > now else now
         end = timeline.hold(start, duration)

@@ -167,11 +167,49 @@ class CachingAllocator:
         self._segments: dict[int, Segment] = {}
         self._pools = {_SMALL: FreePool(), _LARGE: FreePool()}
         self._pending: list[tuple[Block, list]] = []   # (block, [(stream, mark)]) after record_stream
+        self._busy = False
+        self._deferred_frees: list[int] = []
         self._stats = Stats()
         self.reset_accumulated()
 
     # -- the public entry points -------------------------------------------
+    # A tensor's deleter can run in the middle of an allocator call (Python's cyclic GC may
+    # collect tensors whenever an object is allocated, and the device's deleter frees at once),
+    # while a block is half taken or half merged. Such a free is deferred until the outer call is
+    # done, so every call sees the allocator in a consistent state.
     def malloc(self, nbytes: int, stream) -> int:
+        self._busy = True
+        try:
+            return self._malloc(nbytes, stream)
+        finally:
+            self._busy = False
+            if self._deferred_frees:
+                self._drain_deferred_frees()
+
+    def free(self, address: int) -> None:
+        if self._busy:
+            self._deferred_frees.append(address)
+            return
+        self._busy = True
+        try:
+            self._free(address)
+        finally:
+            self._busy = False
+            if self._deferred_frees:
+                self._drain_deferred_frees()
+
+    def _drain_deferred_frees(self) -> None:
+        while self._deferred_frees:
+            address = self._deferred_frees.pop()
+            self._busy = True
+            try:
+                self._free(address)
+            except InvalidValueError:  # a deleter's double free: an internal bug, never the caller's
+                log.error("emu:%d: deferred free of 0x%x: not a live allocation", self.device, address)
+            finally:
+                self._busy = False
+
+    def _malloc(self, nbytes: int, stream) -> int:
         size = rounded_size(nbytes)
         pool = _SMALL if size <= SMALL_SIZE else _LARGE
         if self._pending:
@@ -182,16 +220,16 @@ class CachingAllocator:
             self.cache_hits += 1
         else:
             block = self._new_segment(size, nbytes, stream, pool).first
+        block.allocated = True  # before the split: a merge must never take a block being handed out
         if block.size - size >= (MIN_BLOCK if pool == _SMALL else SMALL_SIZE + 1):
             self._split(block, size)
-        block.allocated = True
         block.requested = nbytes
         self._live[block.address] = block
         self._stats.increase(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, block.size), (ACTIVE, 1),
                                     (ACTIVE_BYTES, block.size), (REQUESTED_BYTES, nbytes)))
         return block.address
 
-    def free(self, address: int) -> None:
+    def _free(self, address: int) -> None:
         block = self._live.pop(address, None)
         if block is None:
             raise InvalidValueError(f"emu:{self.device}: 0x{address:x} is not a live allocation "
@@ -221,6 +259,17 @@ class CachingAllocator:
 
     def empty_cache(self) -> None:
         """Returns every wholly free segment to the driver, once its streams passed its frees."""
+        if self._busy:  # reached from inside an allocator call (the OOM retry): already guarded
+            return self._empty_cache()
+        self._busy = True
+        try:
+            self._empty_cache()
+        finally:
+            self._busy = False
+            if self._deferred_frees:
+                self._drain_deferred_frees()
+
+    def _empty_cache(self) -> None:
         for block, marks in self._pending:
             for stream, mark in marks:
                 stream.wait_mark(mark)

@@ -1,9 +1,12 @@
-"""The benchmark scripts keep running (smoke test: no timing is asserted here)."""
+"""The benchmark scripts keep running (smoke test: no timing is asserted here), and the speed
+paths of the kernel library give the same bits as its plain paths."""
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,3 +35,44 @@ def test_memory_benchmark_runs_and_reports_both_cases():
     assert ratio >= 1.0, line   # reserved memory holds every allocated block
     assert "training matches CPU" in result.stdout
     assert ("all targets met" in result.stdout) or ("OVER TARGET" in result.stdout)
+
+
+def test_kernel_benchmark_runs_and_reports_every_workload():
+    env = dict(os.environ, EMU_PRESET="tiny")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_kernels.py"), "--quick"],
+                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    for case, target in (("add 64K float32", 3), ("gelu 64K float32", 3), ("sum 64K float32", 3),
+                         ("softmax 256x256", 3), ("layer_norm 512x1024", 3), ("mm 128^3 float32", 1.5),
+                         ("mm 128^3 bfloat16", 1.5), ("conv2d 1x64x16x16", 1.5)):
+        line = next(line for line in result.stdout.splitlines() if line.startswith(case))
+        # emu wall, torch cpu, ratio, 1-thread ratio, modelled time, verdict against the target
+        assert re.search(rf"ms\s+\d+\.\d+ ms\s+\d+\.\d+x\s+\d+\.\d+x\s+\d+\.\d+ us\s+target <= {target:g}x", line), line
+    assert ("all targets met" in result.stdout) or ("OVER TARGET" in result.stdout)
+
+
+def test_vector_math_fast_path_gives_the_scalar_path_bits():
+    """The pointwise kernels' libmvec fast path (speed only) must round exactly like the scalar one."""
+    import numpy as np
+    from emulator.kernels import dtypes, pointwise
+    if not pointwise.vector_math_available():
+        pytest.skip("libmvec (glibc >= 2.35 on AVX2) not found: only the scalar path runs here")
+    rng = np.random.default_rng(6)
+    bits = np.concatenate([np.arange(0, 2 ** 32, 4099, dtype=np.uint64),            # every binade, NaN, inf
+                           rng.integers(0, 2 ** 32, 1 << 18, dtype=np.uint64)]).astype(np.uint32)
+    x = np.concatenate([bits.view(np.float32), rng.standard_normal(1 << 18).astype(np.float32) * 4,
+                        np.array([0.0, -0.0, 1e-45, -5.0, -9.0, -88.7, 88.7, -104.0], np.float32)])
+    f32 = dtypes.FLOAT32
+    results = {}
+    for vector in (True, False):
+        old = pointwise.set_vector_math(vector)
+        try:
+            for op in ("gelu", "gelu_tanh", "tanh", "exp", "sigmoid", "silu"):
+                out = np.empty_like(x)
+                pointwise.unary_op(op, (out.ctypes.data, f32, (1,)), (x.ctypes.data, f32, (1,)), x.shape, f32)
+                results[op, vector] = out.view(np.uint32)
+        finally:
+            pointwise.set_vector_math(old)
+    for op in ("gelu", "gelu_tanh", "tanh", "exp", "sigmoid", "silu"):
+        differ = np.nonzero(results[op, True] != results[op, False])[0]
+        assert differ.size == 0, (op, x[differ[:5]])

@@ -71,10 +71,15 @@ def raises_torch_errors(fn):
     return wrapper
 
 
+class UnsupportedDtypeError(NotImplementedError):
+    """A device kernel has no path for an operand's dtype (raised before anything changed): the
+    op goes to the counted host fallback where that is allowed, else it is rejected."""
+
+
 def unsupported_dtype(op: str, dtype, supported) -> NotImplementedError:
     """The rejection of a dtype the device has no kernel for. NotImplementedError (a RuntimeError,
     like CPU's "... not implemented for 'ComplexFloat'"), never TypeError: Tensor.__add__ & co.
     turn a TypeError into NotImplemented, and the user then sees only "unsupported operand
     type(s) for +: 'Tensor' and 'Tensor'"."""
     names = ", ".join(sorted(str(d) for d in supported))
-    return NotImplementedError(f"{op}: dtype {dtype} is not supported on emu (supported: {names})")
+    return UnsupportedDtypeError(f"{op}: dtype {dtype} is not supported on emu (supported: {names})")

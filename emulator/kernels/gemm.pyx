@@ -41,6 +41,44 @@ from scipy.linalg.cython_blas cimport sgemm, dgemm
 
 include "_common.pxi"
 
+# The matrix engine's functional GEMM runs BLAS on one host thread: the simulation is one thread,
+# and on a shared 2-core host a threaded OpenBLAS GEMM was up to 10x slower than a single-threaded
+# one (its workers wait for descheduled siblings). The thread count does not change the results
+# (OpenBLAS splits M and N across threads, never the K sum). The count is set around each call
+# and put back, through OpenBLAS's openblas_set_num_threads_local found next to sgemm (dladdr);
+# with another BLAS nothing is changed.
+cdef extern from *:
+    """
+    #ifndef _GNU_SOURCE
+    #define _GNU_SOURCE
+    #endif
+    #include <dlfcn.h>
+    typedef int (*ek_set_threads_fn)(int);
+    static ek_set_threads_fn ek_blas_set_threads;
+    static int ek_blas_probed;
+
+    static void ek_blas_probe(void *sgemm_ptr) {
+        Dl_info info;
+        void *lib;
+        ek_blas_probed = 1;
+        if (!dladdr(sgemm_ptr, &info) || !info.dli_fname) return;
+        lib = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+        if (lib) ek_blas_set_threads = (ek_set_threads_fn)dlsym(lib, "openblas_set_num_threads_local");
+    }
+    /* Sets one BLAS thread; returns the count to restore (0: nothing to restore). */
+    static int ek_blas_single_thread(void) {
+        return ek_blas_set_threads ? ek_blas_set_threads(1) : 0;
+    }
+    static void ek_blas_restore_threads(int threads) {
+        if (ek_blas_set_threads && threads > 1) ek_blas_set_threads(threads);
+    }
+    """
+    void ek_blas_probe(void* sgemm_ptr)
+    int ek_blas_single_thread() noexcept nogil
+    void ek_blas_restore_threads(int threads) noexcept nogil
+
+ek_blas_probe(<void*>sgemm)
+
 ctypedef fused real_t:
     float
     double
@@ -118,6 +156,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     cdef const char* lo_x
     cdef const char* hi_x
     cdef bint direct_out, pack_a = False, pack_b = False
+    cdef int threads
 
     # 1. Decide layouts: operands in BLAS type and layout are used in place.
     if K > 0:
@@ -175,10 +214,13 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
         for i in range(M):
             for j in range(N):
                 C[i * ldc + j] = 0 if beta == 0 else beta * C[i * ldc + j]
-    elif real_t is float:
-        sgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
     else:
-        dgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
+        threads = ek_blas_single_thread()
+        if real_t is float:
+            sgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
+        else:
+            dgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
+        ek_blas_restore_threads(threads)
 
     if not direct_out:
         for i in range(M):                          # the single rounding to the output dtype

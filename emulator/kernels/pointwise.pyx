@@ -3,10 +3,12 @@
 
 One entry point per arity (``unary_op``, ``binary_op``, ``ternary_op``) takes an op
 name, the operands (host address, dtype code, element strides), the shape, the
-compute dtype and up to four scalar parameters. Every operand is loaded and cast to
-the compute dtype (float16/bfloat16 compute in float32 as PyTorch's "opmath"; the
-caller passes float32 then), computed, and cast to the output dtype on store, so
-comparisons write bool and float ops on integers write the promoted dtype.
+compute dtype (the operands' common dtype) and up to four scalar parameters. Every
+operand is loaded and cast to the compute dtype (an int16 operand of a bfloat16 op is
+rounded to bfloat16 first, as TensorIterator casts it), computed, and cast to the
+output dtype on store, so comparisons write bool and float ops on integers write the
+promoted dtype. float16/bfloat16 results are rounded to float32 first, then to their
+dtype, as PyTorch's float32 "opmath" does.
 
 Floating compute runs in double and rounds to the compute dtype before the store:
 transcendental results are then within about one ulp of PyTorch's (SLEEF) ones, and
@@ -416,6 +418,167 @@ cdef inline int64_t _i_ternary(int op, int64_t a, int64_t b, int64_t c, Params* 
     return 0
 
 
+# ----------------------------------------------------------------- vector-math fast path
+# Speed only; the results are bit-identical to the scalar path. For the hot transcendental
+# ops (exp, tanh, sigmoid, silu, gelu, gelu_tanh) whose double result is rounded to float32
+# (float32, and float16/bfloat16 through their float32 opmath), a block is computed with
+# glibc's vector libm (libmvec, found at run time with dlopen: no build dependency; its
+# functions are within 4 ulp in double). A value is kept only when it is so far from a
+# float32 rounding boundary that the scalar result (within a few ulp of the same value)
+# rounds to the same float32; a value near a boundary, a non-finite or float32-subnormal
+# result, and gelu's cancelling tail (1 + erf < 2**-8) are recomputed by the scalar path.
+# Without libmvec (or AVX2) the scalar path runs alone.
+
+cdef extern from *:
+    """
+    #include <dlfcn.h>
+    #include <immintrin.h>
+    enum { EK_VEXP = 0, EK_VTANH = 1, EK_VERF = 2, EK_VFUNCS = 3 };
+    typedef __m512d (*ek_v8_fn)(__m512d);
+    typedef __m256d (*ek_v4_fn)(__m256d);
+    static void *ek_vfn[EK_VFUNCS];
+    static int ek_vwidth = -1;          /* -1: not probed yet, 0: unavailable, 4 or 8 doubles */
+
+    static int ek_vec_probe(void) {
+        static const char *n8[EK_VFUNCS] = {"_ZGVeN8v_exp", "_ZGVeN8v_tanh", "_ZGVeN8v_erf"};
+        static const char *n4[EK_VFUNCS] = {"_ZGVdN4v_exp", "_ZGVdN4v_tanh", "_ZGVdN4v_erf"};
+        const char **names = NULL;
+        int width = 0, k;
+        void *lib;
+        __builtin_cpu_init();
+        if (__builtin_cpu_supports("avx512f")) { names = n8; width = 8; }
+        else if (__builtin_cpu_supports("avx2")) { names = n4; width = 4; }
+        lib = names ? dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;
+        for (k = 0; lib && k < EK_VFUNCS; k++) {
+            ek_vfn[k] = dlsym(lib, names[k]);
+            if (!ek_vfn[k]) width = 0;
+        }
+        return lib ? width : 0;
+    }
+
+    __attribute__((target("avx512f")))
+    static void ek_vec_apply8(ek_v8_fn f, const double *in, double *out, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i += 8) _mm512_storeu_pd(out + i, f(_mm512_loadu_pd(in + i)));
+    }
+
+    __attribute__((target("avx2")))
+    static void ek_vec_apply4(ek_v4_fn f, const double *in, double *out, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i += 4) _mm256_storeu_pd(out + i, f(_mm256_loadu_pd(in + i)));
+    }
+
+    /* out[:n] = fn(in[:n]), n a multiple of 8; 0 if libmvec is unavailable (nothing written).
+       The first call probes (the GIL is held then: every launch holds it before its loops). */
+    static int ek_vec_apply(int fn, const double *in, double *out, Py_ssize_t n) {
+        if (ek_vwidth < 0) ek_vwidth = ek_vec_probe();
+        if (ek_vwidth == 8) ek_vec_apply8((ek_v8_fn)ek_vfn[fn], in, out, n);
+        else if (ek_vwidth == 4) ek_vec_apply4((ek_v4_fn)ek_vfn[fn], in, out, n);
+        else return 0;
+        return 1;
+    }
+    static int ek_vec_available(void) {
+        if (ek_vwidth < 0) ek_vwidth = ek_vec_probe();
+        return ek_vwidth > 0;
+    }
+    """
+    int EK_VEXP, EK_VTANH, EK_VERF
+    int ek_vec_apply(int fn, const double* inp, double* out, Py_ssize_t n) noexcept nogil
+    int ek_vec_available() noexcept nogil
+
+# Distance (in double ulps, of 2**29 per float32 ulp) a vector result must keep from a float32
+# rounding midpoint: 2**16 covers the 4 + 4 ulp of the two libm results amplified 2**8 times.
+cdef int64_t _VEC_MARGIN = 1 << 16
+cdef double _VEC_GELU_TAIL = 1.0 / 256
+
+
+cdef inline bint _rounds_like_scalar(double r) noexcept nogil:
+    """r (within _VEC_MARGIN double ulps of the scalar result) rounds to the same float32."""
+    cdef uint64_t u
+    cdef int64_t low
+    cdef double a = fabs(r)
+    if not (a >= 2.3509887016445750e-38 and a <= 1.7014118346046923e+38):   # [2**-125, 2**127]; NaN fails
+        return False
+    memcpy(&u, &r, 8)
+    low = <int64_t>(u & ((<uint64_t>1 << 29) - 1)) - (<int64_t>1 << 28)
+    return <uint64_t>(low + _VEC_MARGIN) > <uint64_t>(2 * _VEC_MARGIN)   # |low| > margin, no branch
+
+
+cdef bint _vector_unary(int op, double* x, Py_ssize_t m, Params* p) noexcept nogil:
+    """x[:m] = _f_unary(op, x[:m]) as it rounds to float32 (m <= BLOCK); False: not handled."""
+    cdef double a[BLOCK]
+    cdef double v[BLOCK]
+    cdef Py_ssize_t i, padded = (m + 7) & ~7
+    cdef int fn
+    cdef double r, t
+    if op == U_GELU:
+        fn = EK_VERF
+        for i in range(m):
+            a[i] = x[i] * SQRT1_2
+    elif op == U_GELU_TANH:
+        fn = EK_VTANH
+        for i in range(m):
+            t = x[i]
+            a[i] = SQRT_2_OVER_PI * (t + 0.044715 * t * t * t)
+    elif op == U_TANH:
+        fn = EK_VTANH
+        for i in range(m):
+            a[i] = x[i]
+    elif op == U_EXP:
+        fn = EK_VEXP
+        for i in range(m):
+            a[i] = x[i]
+    elif op == U_SIGMOID or op == U_SILU:
+        fn = EK_VEXP
+        for i in range(m):
+            a[i] = -x[i]
+    else:
+        return False
+    for i in range(m, padded):
+        a[i] = 0.0
+    if not ek_vec_apply(fn, a, v, padded):
+        return False
+    # The same expressions as _f_unary, with the vector result in place of the libm call (one
+    # loop per op: no dispatch inside).
+    if op == U_GELU or op == U_GELU_TANH:
+        for i in range(m):
+            a[i] = 0.5 * x[i] * (1.0 + v[i]) if 1.0 + v[i] >= _VEC_GELU_TAIL else NAN
+    elif op == U_SIGMOID:
+        for i in range(m):
+            a[i] = 1.0 / (1.0 + v[i])
+    elif op == U_SILU:
+        for i in range(m):
+            a[i] = x[i] / (1.0 + v[i])
+    else:
+        for i in range(m):
+            a[i] = v[i]
+    for i in range(m):
+        x[i] = a[i] if _rounds_like_scalar(a[i]) else _f_unary(op, x[i], p)
+    return True
+
+
+_vector_enabled = True   # tests switch it off to compare the fast path with the scalar one
+
+
+def set_vector_math(bint enabled):
+    """Turns the vector-math fast path on or off (results are the same; for tests); returns the old
+    setting. It is on by default where libmvec is found."""
+    global _vector_enabled
+    old = _vector_enabled
+    _vector_enabled = enabled
+    return old
+
+
+def vector_math_available():
+    return bool(ek_vec_available())
+
+
+cdef bint _vector_op(int arity, int op, int odt, int cdt) noexcept:
+    """The fast path applies: a hot unary op whose result is rounded to float32 first."""
+    return (arity == 1 and (op == U_GELU or op == U_GELU_TANH or op == U_TANH or op == U_EXP
+                            or op == U_SIGMOID or op == U_SILU)
+            and (cdt == DT_FLOAT32 or cdt == DT_FLOAT16 or cdt == DT_BFLOAT16) and odt != DT_BOOL
+            and ek_vec_available())
+
+
 # ----------------------------------------------------------------- drivers
 cdef int _load_params(Params* p, object params, bint integral) except -1:
     cdef int k
@@ -442,7 +605,7 @@ cdef int _load_params(Params* p, object params, bint integral) except -1:
 
 
 cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
-                     double* x, double* y, double* z) noexcept nogil:
+                     double* x, double* y, double* z, bint vector) noexcept nogil:
     cdef Py_ssize_t n = iter_row_len(it)
     cdef Py_ssize_t j, m, i
     cdef Py_ssize_t so = iter_row_stride(it, 0)
@@ -457,8 +620,9 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
             if dts[0] != cdt:
                 round_block_to(x, m, cdt)
             if arity == 1:
-                for i in range(m):
-                    x[i] = _f_unary(op, x[i], p)
+                if not (vector and _vector_unary(op, x, m, p)):
+                    for i in range(m):
+                        x[i] = _f_unary(op, x[i], p)
             else:
                 load_block(ptrs[2] + j * s2, s2, dts[1], m, y)
                 if dts[1] != cdt:
@@ -473,7 +637,9 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
                     for i in range(m):
                         x[i] = _f_ternary(op, x[i], y[i], z[i], p)
             if odt != cdt and odt != DT_BOOL:
-                round_block_to(x, m, cdt)          # the result has the compute dtype first
+                if cdt == DT_FLOAT16 or cdt == DT_BFLOAT16:
+                    round_block_to(x, m, DT_FLOAT32)   # opmath: the float32 result, then ...
+                round_block_to(x, m, cdt)          # ... the result has the compute dtype first
             store_block(x, m, odt, ptrs[0] + j * so, so)
             j += m
         if not iter_next_row(it, ptrs):
@@ -530,6 +696,7 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     cdef char* ptrs[4]
     cdef int dts[3]
     cdef int odt, cdt, k, failed = 0
+    cdef bint vector
     cdef Params p
     cdef double dx[BLOCK]
     cdef double dy[BLOCK]
@@ -539,9 +706,6 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     cdef int64_t iz[BLOCK]
     odt = check_dtype(out[1], f"{kind} out_dtype")
     cdt = check_dtype(compute_dtype, f"{kind} compute_dtype")
-    if cdt == DT_FLOAT16 or cdt == DT_BFLOAT16:
-        raise KernelArgumentError(f"{kind}: float16/bfloat16 compute in float32 (opmath); got compute dtype "
-                                  f"{_DTYPE_NAMES[cdt]}")
     if float_only and not is_floating(cdt):
         raise KernelArgumentError(f"{kind}: this op needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
     if integral_only and is_floating(cdt):
@@ -559,9 +723,10 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     ptrs[0] = as_ptr(out[0], f"{kind} out_addr")
     for k in range(arity):
         ptrs[k + 1] = as_ptr(operands[k][0], f"{kind} operand address")
+    vector = _vector_op(arity, code, odt, cdt) and _vector_enabled
     with nogil:
         if is_floating(cdt):
-            _run_float(&it, ptrs, arity, code, odt, dts, cdt, &p, dx, dy, dz)
+            _run_float(&it, ptrs, arity, code, odt, dts, cdt, &p, dx, dy, dz, vector)
         else:
             failed = _run_int(&it, ptrs, arity, code, odt, dts, cdt, &p, ix, iy, iz)
     if failed:

@@ -197,7 +197,7 @@ cdef inline int _part_dtype(int dt) noexcept nogil:
     return DT_FLOAT32 if dt == DT_COMPLEX64 else DT_FLOAT64
 
 
-def _parts(strides):
+cdef list _parts(object strides):
     """Element strides of a complex operand's real (or imaginary) part, in part-sized units."""
     return [2 * s for s in strides]
 
@@ -212,10 +212,9 @@ cdef int _copy_complex(object dst_addr, int ddt, object dst_strides, object src_
     if _is_complex(ddt) and _is_complex(sdt):   # complex64 <-> complex128: each part
         dpart, spart = _part_dtype(ddt), _part_dtype(sdt)
         _copy(dst_addr, dpart, _parts(dst_strides), src_addr, spart, _parts(src_strides), shape)
-        iter_init(&it, shape, [dst_strides], [itemsize_of(ddt)], "copy_cast")
-        if it.size:
-            _copy(dst_addr + itemsize_of(dpart), dpart, _parts(dst_strides),
-                  src_addr + itemsize_of(spart), spart, _parts(src_strides), shape)
+        # (an empty copy returns before it reads the addresses, so the offsets are harmless)
+        _copy(dst_addr + itemsize_of(dpart), dpart, _parts(dst_strides),
+              src_addr + itemsize_of(spart), spart, _parts(src_strides), shape)
     elif _is_complex(sdt):                      # complex -> real: the real part (bool: either part)
         if ddt == DT_BOOL:
             _copy(dst_addr, ddt, dst_strides, src_addr, sdt, src_strides, shape)

@@ -262,7 +262,10 @@ def test_regression_loss_errors_match_cpu():
     xi = torch.ones(3, dtype=torch.int64)
     with pytest.raises(NotImplementedError):
         F.mse_loss(xi, xi)
-    with pytest.raises(NotImplementedError, match="aten::mse_loss: dtype torch.int64 is not supported"):
+    with pytest.raises(NotImplementedError, match="not implemented for 'Long'"):
+        F.mse_loss(emu(xi), emu(xi))   # no integer kernel on the device: CPU's own error, through the fallback
+    with torch.emu.host_fallback("forbid"), pytest.raises(
+            torch_plugin.HostFallbackError, match="aten::mse_loss: dtype torch.int64 is not supported"):
         F.mse_loss(emu(xi), emu(xi))
     # mixed dtypes promote like CPU (huber keeps the input's dtype)
     xd = randn((3,), torch.float64)

@@ -35,7 +35,13 @@ PRELUDE = textwrap.dedent("""
     def same(a, b, what):
         assert a.dtype == b.dtype, (what, a.dtype, b.dtype)
         assert a.shape == b.shape, (what, a.shape, b.shape)
-        assert torch.equal(a.cpu(), b.cpu()), (what, a.cpu(), b.cpu())
+        a, b = a.cpu(), b.cpu()
+        if a.is_complex():  # bit patterns: NaN parts compare equal, -0.0 does not equal 0.0
+            a, b = torch.view_as_real(a), torch.view_as_real(b)
+        if a.dtype.is_floating_point or a.dtype in (torch.uint16, torch.uint32, torch.uint64):
+            bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+            a, b = a.contiguous().view(bits), b.contiguous().view(bits)
+        assert torch.equal(a, b), (what, a, b)
 
     def shares(a, b):
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
@@ -58,6 +64,13 @@ SAVE = PRELUDE + textwrap.dedent("""
         "bool": (torch.arange(6) % 2 == 0).to("emu:1"),
         "scalar": torch.tensor(3.25, device="emu:1"),
         "empty": torch.empty(0, 3, device="emu:0"),
+        # the storage dtypes, with their extremes
+        "u16": torch.tensor([0, 1, 65535], dtype=torch.uint16).to("emu:0"),
+        "u32": torch.tensor([0, 2**31, 2**32 - 1], dtype=torch.uint32).to("emu:1"),
+        "u64": torch.tensor([0, 2**63, 2**64 - 1], dtype=torch.uint64).to("emu:0"),
+        "c64": torch.tensor([1 + 2j, complex(float("inf"), float("nan")), complex(-0.0, 3)],
+                            dtype=torch.complex64).to("emu:0"),
+        "c128": torch.randn(2, 3, dtype=torch.complex128).to("emu:1").t(),
     }
     torch.save(tensors, "tensors.pt")
 
@@ -88,7 +101,8 @@ SAVE = PRELUDE + textwrap.dedent("""
 
 CHECK_TENSORS = textwrap.dedent("""
     def check_tensors(loaded, ref, device_of):
-        for key in ["base", "view", "tv", "t1", "ints", "bf16", "bool", "scalar", "empty"]:
+        for key in ["base", "view", "tv", "t1", "ints", "bf16", "bool", "scalar", "empty",
+                    "u16", "u32", "u64", "c64", "c128"]:
             want = torch.device(device_of(key))
             assert loaded[key].device == want, (key, loaded[key].device, want)
             same(loaded[key], ref[key], key)
@@ -97,6 +111,7 @@ CHECK_TENSORS = textwrap.dedent("""
         # Views keep their geometry and their storage sharing.
         assert loaded["view"].stride() == (6, 2) and loaded["view"].storage_offset() == 6
         assert loaded["tv"].stride() == (1, 6)
+        assert loaded["c128"].stride() == (1, 3)
         for key in ["view", "tv"]:
             assert shares(loaded[key], loaded["base"]), key
         assert shares(loaded["list"][0], loaded["base"]) and shares(loaded["list"][1], loaded["base"])
@@ -135,7 +150,7 @@ def test_load_without_map_location_keeps_devices(ckpt):
     _load(ckpt, """
         loaded = torch.load("tensors.pt")
         ref = torch.load("tensors_ref.pt")
-        on1 = {"t1", "bool", "scalar"}
+        on1 = {"t1", "bool", "scalar", "u32", "c128"}
         check_tensors(loaded, ref, lambda k: "emu:1" if k in on1 else "emu:0")
     """)
 

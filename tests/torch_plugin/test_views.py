@@ -563,7 +563,14 @@ def test_set_rejects_other_device_and_dtype():
         t.set_(torch.arange(3.0).to("emu:1"))  # another emu device
 
 
-def test_view_as_real_complex_not_supported_cleanly():
-    """complex is not an emu dtype: creating a complex emu tensor fails with a clear error."""
-    with pytest.raises((TypeError, RuntimeError)):
-        torch.zeros(2, dtype=torch.complex64).to(EMU)
+def test_view_as_real_and_view_as_complex_alias():
+    """complex is a storage dtype on emu: dtype-changing views share memory both ways (more in
+    test_storage_dtypes.py)."""
+    c = torch.tensor([1 + 2j, 3 - 4j]).to(EMU)
+    r = torch.view_as_real(c)
+    assert r.shape == (2, 2) and r.data_ptr() == c.data_ptr()
+    r[1, 0] = 30.0
+    assert c.cpu().tolist() == [1 + 2j, 30 - 4j]
+    z = torch.view_as_complex(r)
+    z[0] = 5j
+    assert r.cpu().tolist() == [[0.0, 5.0], [30.0, -4.0]]

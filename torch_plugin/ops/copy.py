@@ -48,20 +48,22 @@ def _fix_signs(dst: torch.Tensor, negate: bool, conjugate: bool) -> None:
     if not dst.is_complex():
         dst.mul_(-1)  # in the stored dtype (wraps for uint8, as CPU's neg does); on dst's stream
         return
-    parts = torch.view_as_real(dst)  # float32/float64 views of the parts: device kernels
-    if negate and conjugate:
-        parts[..., 0].neg_()   # -conj(z) = -re + i im
-    elif negate:
-        parts.neg_()
-    else:
+    # On float32/float64 views of the parts (device kernels), in the order CPU's copy_ gives: neg
+    # (0 - x on both parts, as CPU's vectorized complex neg: 0 - 0.0 is +0.0 and a NaN keeps its
+    # sign; CPU's scalar loop for a handful of elements flips sign bits instead, so the two differ
+    # only in the signs of zeros and NaNs), then conj (flips the imaginary part's sign bit).
+    parts = torch.view_as_real(dst)
+    if negate:
+        parts.copy_(torch.rsub(parts, 0))
+    if conjugate:
         parts[..., 1].neg_()
 
 
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     check_storable("copy_", src, dst)
-    if src.is_complex() and not dst.is_complex():
+    if src.is_complex() and not dst.is_complex() and dst.dtype != torch.bool:
         # CPU's copy_ warns (TORCH_WARN_ONCE); Python's warning filters show it once per call site.
-        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=2)
+        warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=3)
     if dst.numel() == 0:
         return dst
     # Negative bits (torch._neg_view) and conjugate bits (x.conj()) arrive here through the

@@ -7,21 +7,58 @@ the diagonal view).
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
-from torch_plugin.ops._common import check_dtype, current_stream, device_ref, rt
+from torch_plugin.ops._common import check_dtype, check_storable, current_stream, device_ref, rt
 
 
 def _overflow(dtype):
     return RuntimeError(f"value cannot be converted to type {dtype} without overflow")
 
 
+def _part_name(dtype) -> str:
+    return "float" if dtype == torch.float32 else "double"
+
+
+def _c10_name(dtype) -> str:
+    """The C++ type name CPU's overflow message uses."""
+    names = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+             torch.bfloat16: "c10::BFloat16", torch.bool: "bool"}
+    if dtype in names:
+        return names[dtype]
+    return f"{str(dtype).removeprefix('torch.')}_t"
+
+
+def _fill_complex(t, value: complex):
+    """A complex fill: one launch when the imaginary part is +0.0 (the kernel stores a real value
+    as value + 0j), else one per part (float views of the real and imaginary parts)."""
+    stream = current_stream(t.device.index)
+    if value.imag == 0 and math.copysign(1.0, value.imag) > 0:
+        rt().memset(device_ref(t), float(value.real), stream)
+        return
+    parts = torch.view_as_real(t)
+    rt().memset(device_ref(parts[..., 0]), float(value.real), stream)
+    rt().memset(device_ref(parts[..., 1]), float(value.imag), stream)
+
+
 def _python_value(value, dtype):
     """The fill value as the kernel takes it, with CPU's (c10::checked_convert) range checks: an
     out-of-range value raises instead of silently wrapping (int8 fill_(300) used to store 44)."""
+    if dtype.is_complex:
+        # Each part checked as the part's dtype (c10::checked_convert to c10::complex<T>).
+        part = torch.float32 if dtype == torch.complex64 else torch.float64
+        value = complex(value)
+        for v in (value.real, value.imag):
+            if part != torch.float64 and math.isfinite(v) and abs(v) > torch.finfo(part).max:
+                raise RuntimeError(f"value cannot be converted to type c10::complex<{_part_name(part)}> "
+                                   "without overflow")
+        return value
     if isinstance(value, complex):
-        raise RuntimeError("fill_: complex values are not supported on emu")
+        if value.imag != 0:  # CPU: a real dtype takes a complex value only when its imaginary part is 0
+            raise _overflow(_c10_name(dtype))
+        value = value.real
     if dtype == torch.bool:
         return bool(value)
     if not dtype.is_floating_point:
@@ -46,9 +83,13 @@ def _python_value(value, dtype):
 
 
 def fill_scalar(t, value):
-    check_dtype("aten::fill_", t)
+    check_storable("aten::fill_", t)
+    value = _python_value(value, t.dtype)
     if t.numel():
-        rt().memset(device_ref(t), _python_value(value, t.dtype), current_stream(t.device.index))
+        if t.is_complex():
+            _fill_complex(t, value)
+        else:
+            rt().memset(device_ref(t), value, current_stream(t.device.index))
     return t
 
 
@@ -57,7 +98,15 @@ def fill_tensor(t, value):
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
                            f"{value.dim()} dimensions.")
     if value.device.type == "emu" and value.device == t.device:
-        if t.numel():  # stays on the device: a broadcast copy
+        # Stays on the device: a broadcast copy, as CPU's fill_ with a same-device value (a complex
+        # value into a real t keeps the real part, with copy_'s warning).
+        if value.is_conj() or value.is_neg():  # the stored bits are not the value: copy_ resolves them
+            t.copy_(value)
+            return t
+        check_storable("aten::fill_", t, value)
+        if value.is_complex() and not t.is_complex() and t.dtype != torch.bool:
+            warnings.warn("Casting complex values to real discards the imaginary part", UserWarning, stacklevel=3)
+        if t.numel():
             rt().launch("copy", (device_ref(t), device_ref(value, t.shape, (0,) * t.dim())),
                         current_stream(t.device.index))
         return t

@@ -174,9 +174,9 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("bitwise_not", "bitwise_not", 1, ("bitwise_not", "bitwise_not_", "bitwise_not.out"),
               "same_as_first", "integral"),
     # binary
-    Pointwise("pow", "pow", 2, ("pow.Tensor_Tensor", "pow.Tensor_Tensor_out"), "default", "no_bool"),
+    Pointwise("pow", "pow", 2, ("pow.Tensor_Tensor", "pow.Tensor_Tensor_out"), "default", "all"),
     Pointwise("pow", "pow", 2, ("pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", "pow.Scalar",
-                                "pow.Scalar_out", "pow_.Tensor"), "default", "no_bool"),
+                                "pow.Scalar_out", "pow_.Tensor"), "default", "all"),
     *(Pointwise(n, "atan2", 2, (n, f"{n}_", f"{n}.out"), "int_to_float", "float") for n in ("atan2", "arctan2")),
     Pointwise("hypot", "hypot", 2, ("hypot", "hypot_", "hypot.out"), "default", "float"),
     _bin("copysign", promotion="int_to_float", dtypes="float"),
@@ -187,8 +187,8 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("remainder", "remainder", 2, ("remainder.Scalar_Tensor",), "default", "no_bool"),
     Pointwise("floor_divide", "div_floor", 2, ("floor_divide", "floor_divide_.Tensor", "floor_divide.out",
                                                "floor_divide.Scalar", "floor_divide_.Scalar"), "default", "no_bool"),
-    Pointwise("fmax", "fmax", 2, ("fmax", "fmax.out"), "default", "no_bool"),
-    Pointwise("fmin", "fmin", 2, ("fmin", "fmin.out"), "default", "no_bool"),
+    Pointwise("fmax", "fmax", 2, ("fmax", "fmax.out"), "default", "all"),
+    Pointwise("fmin", "fmin", 2, ("fmin", "fmin.out"), "default", "all"),
     Pointwise("maximum", "maximum", 2, ("maximum", "maximum.out"), "default", "all"),
     Pointwise("minimum", "minimum", 2, ("minimum", "minimum.out"), "default", "all"),
     Pointwise("max", "maximum", 2, ("max.other", "max.out"), "default", "all"),
@@ -294,8 +294,9 @@ def _dtypes(row: Pointwise, inputs, extra, kwargs):
         result = torch.bool
     elif kind == "bool_to_long" and common == torch.bool:
         result = common = torch.int64
-    compute = torch.float32 if common in _REDUCED else common
-    return result, compute, common
+    # The kernel casts every operand to the common dtype and computes in double (float16/bfloat16
+    # results pass through float32, PyTorch's opmath): so the compute dtype is the common dtype.
+    return result, common, common
 
 
 def _check_dtypes(row: Pointwise, name: str, common: torch.dtype, inputs) -> None:
@@ -341,6 +342,8 @@ def _launch(row: Pointwise, name: str, inputs, extra, kwargs, out, inplace: bool
     device = common_device(name, *tensors, *([out] if out is not None else []))
     result, compute, common = _dtypes(row, promote if promote is not None else inputs, extra, kwargs)
     _check_dtypes(row, name, common, inputs)
+    if row.name == "pow" and common == torch.bool and isinstance(inputs[1], torch.Tensor):
+        raise RuntimeError('"pow_cpu" not implemented for \'Bool\'')
     if row.name == "pow" and not common.is_floating_point and common != torch.bool:
         exponent = inputs[1]
         if isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and exponent < 0:

@@ -190,13 +190,38 @@ def composite(fn):
     return fn
 
 
+def _on_host(name: str, args, kwargs, why: Exception):
+    """A native kernel that has no device path for a dtype (it raised UnsupportedDtypeError
+    before changing anything) hands the op to the host fallback: counted there. Under the forbid
+    policy it is refused with a HostFallbackError that keeps the kernel's reason (the op, the
+    dtype and what the device supports)."""
+    from torch_plugin.errors import HostFallbackError
+    from torch_plugin.ops import fallback
+    if host_fallback_policy() == FORBID:  # (the wrapper counts the rejection)
+        raise HostFallbackError(f"{why}; the host fallback that would run it is disabled "
+                                f"(torch.emu.host_fallback(\"allow\") allows it)", op=f"aten::{name}") from why
+    base, _, overload = name.partition(".")
+    return fallback.run_on_host(getattr(getattr(torch.ops.aten, base), overload or "default"), *args, **kwargs)
+
+
+def _cpu_can_run(name: str) -> bool:
+    """Whether the CPU has a kernel of its own for the op (convolution_overrideable, for one, has
+    only an error stub off PrivateUse1: handing it to the host would not help)."""
+    qualified = f"aten::{name}"
+    if torch._C._dispatch_has_kernel_for_dispatch_key(qualified, "CPU"):
+        return True
+    return "overrideable" not in name and torch._C._dispatch_has_kernel_for_dispatch_key(
+        qualified, "CompositeExplicitAutograd")
+
+
 def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
     """Wraps a kernel so each call is counted under ``path`` and runtime errors surface as torch
     errors. A kernel that hands its op to the host fallback is counted there instead; a kernel
     that rejects its op (NotImplementedError, HostFallbackError) is counted under "rejection".
     ``op``: the counted name (default ``aten::<name>``; custom operators pass their own)."""
     import runtime
-    from torch_plugin.errors import HostFallbackError, translate
+    from torch_plugin.errors import HostFallbackError, UnsupportedDtypeError, translate
+    aten_op = op is None
     op = op or f"aten::{name}"
     counter = _counts[path]
     copies = _counts[HOST_FALLBACK_COPIES]
@@ -208,7 +233,12 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
         record = begin_op(op, args, kwargs)
         path_taken = None
         try:
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except UnsupportedDtypeError as why:
+                if not aten_op or not _cpu_can_run(name):
+                    raise
+                result = _on_host(name, args, kwargs, why)
         except runtime.EmuError as err:
             end_op(record, None)
             raise translate(err) from err
@@ -242,7 +272,12 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
         local = _local
         before = local.fallbacks
         try:
-            result = fn(*args, **kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except UnsupportedDtypeError as why:
+                if not aten_op or not _cpu_can_run(name):
+                    raise
+                result = _on_host(name, args, kwargs, why)  # counted as host fallback (or refused)
         except runtime.EmuError as err:
             raise translate(err) from err
         except (NotImplementedError, HostFallbackError):
@@ -562,4 +597,20 @@ def register_all() -> None:
     everything.fallback(fallback.boxed_fallback, "PrivateUse1")
     # Autocast for emu: ops without a policy run unchanged (no default fallthrough in 2.13).
     everything.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    # Sparse and quantized layouts: a clear rejection that names the op and the layout, counted.
+    for key, layout in _UNSUPPORTED_LAYOUTS.items():
+        everything.fallback(_reject_layout(layout), key)
     _libraries.extend([impl, everything])
+
+
+_UNSUPPORTED_LAYOUTS = {"SparsePrivateUse1": "sparse COO", "SparseCsrPrivateUse1": "sparse compressed (CSR/CSC/BSR/BSC)",
+                        "QuantizedPrivateUse1": "quantized"}
+
+
+def _reject_layout(layout: str):
+    def reject(op, *args, **kwargs):
+        name = str(op.name()) if hasattr(op, "name") else str(op)
+        count(name, REJECTION)
+        raise NotImplementedError(f"{name}: {layout} tensors are not supported on emu (supported: strided, "
+                                  f"dense tensors; convert with .to_dense() / .dequantize() on the CPU first)")
+    return reject
