@@ -15,34 +15,11 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import time
 
 import torch
 
 import torch_plugin  # noqa: F401
-
-
-def best_of(fn, repeats: int, inner: int) -> float:
-    """Best wall seconds per call over ``repeats`` rounds of ``inner`` calls (noise-robust)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - start) / inner)
-    return best
-
-
-def modelled_ns_per_call(fn, calls: int) -> float:
-    """Projected time per call: the host's modelled clock across ``calls`` calls and a sync."""
-    from runtime import get_runtime
-    clock = get_runtime().clock
-    torch.emu.synchronize()
-    start = clock.now_ns
-    for _ in range(calls):
-        fn()
-    torch.emu.synchronize()
-    return (clock.now_ns - start) / calls
+from timing import best_of, modelled_ns_per_call
 
 
 def report(name, wall, reference, modelled_ns, target):

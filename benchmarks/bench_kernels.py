@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_plugin  # noqa: F401
+from timing import modelled_ns_per_call
 
 ELEMENTWISE_TARGET = 3.0
 MATRIX_TARGET = 1.5
@@ -154,18 +155,6 @@ def _one_thread(fn):
         finally:
             torch.set_num_threads(threads)
     return call
-
-
-def modelled_ns_per_call(fn, calls: int) -> float:
-    """Projected time per call: the host's modelled clock across ``calls`` calls and a sync."""
-    from runtime import get_runtime
-    clock = get_runtime().clock
-    torch.emu.synchronize()
-    start = clock.now_ns
-    for _ in range(calls):
-        fn()
-    torch.emu.synchronize()
-    return (clock.now_ns - start) / calls
 
 
 def run_case(case: Case, repeats: int) -> bool:

@@ -28,20 +28,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import torch_plugin  # noqa: F401
+from timing import best_of
 
 MiB = 1 << 20
 FRAGMENTATION_TARGET = 1.3
-
-
-def best_of(fn, repeats: int, inner: int) -> float:
-    """Best wall seconds per call over ``repeats`` rounds of ``inner`` calls (noise-robust)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        best = min(best, (time.perf_counter() - start) / inner)
-    return best
 
 
 def size_label(nbytes: int) -> str:

@@ -163,3 +163,20 @@ def test_unsupported_layouts_are_rejected_by_name(make_tensor):
         warnings.simplefilter("ignore")
         with pytest.raises(NotImplementedError, match="not supported on emu .supported: strided"):
             make_tensor(torch.randn(3, 3)).to("emu")
+
+
+# -- autograd ------------------------------------------------------------------------------
+def test_every_registered_op_keeps_its_autograd_formula():
+    """A PrivateUse1 kernel for a CompositeImplicitAutograd op (an alias such as arcsin or
+    max.other) replaces the composite, and AutogradPrivateUse1 then has only the "not
+    implemented" fallback: gradients through it would silently be zero. Every op the device
+    registers must keep a real autograd kernel."""
+    from torch_plugin.ops import decompositions, registry
+    natives = registry.native_kernels()
+    lost = []
+    for name in [*natives, *decompositions.active(natives)]:
+        table = torch._C._dispatch_dump_table(f"aten::{name}")
+        entry = [line for line in table.splitlines() if line.startswith("AutogradPrivateUse1")]
+        if not entry or "autograd kernel" not in entry[0]:
+            lost.append(name)
+    assert lost == []

@@ -10,8 +10,14 @@ dtype and mode to the OpInfos that do not pass yet, with the outcome and the rea
 first failing sample's message). A test fails when an OpInfo that should pass does not,
 when an expected failure changes kind (a fallback that becomes a mismatch), and when an
 expected failure passes (take it off the list): so the pass rate is visible and cannot
-silently shrink. `python -m torch_plugin.conformance --write-expected` regenerates the file
-from a run; the pass rates are recorded in docs/conformance.md.
+silently shrink. Regenerate the file from runs with the CI's sample count:
+
+    python -m torch_plugin.conformance --max-samples 4 --write-expected tests/torch_plugin/data/opinfo_expected.json
+    python -m torch_plugin.conformance --max-samples 4 --dtypes bfloat16,float16 --modes allow,forbid \
+        --write-expected tests/torch_plugin/data/opinfo_expected.json
+
+(each replaces the dtypes and modes it ran). The pass rates are recorded in the README and in
+docs/support_matrix.md.
 
 Time: CI runs the first ``EMU_OPINFO_SAMPLES`` samples of each OpInfo (default 4; the
 sample order is the OpInfo's own, so the choice is deterministic). Set it to 0 for every

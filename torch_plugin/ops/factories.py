@@ -201,3 +201,11 @@ def eye_m_out(n, m, *, out):
 
 def eye_out(n, *, out):
     return eye_m_out(n, n, out=out)
+
+
+def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
+    """aten::_efficientzerotensor (autograd's zero gradients, e.g. sgn's for real inputs): CUDA
+    returns a ZeroTensor that owns no memory; here a device tensor of zeros, the same values."""
+    out = torch.empty(size, dtype=dtype if dtype is not None else torch.get_default_dtype(),
+                      device=device if device is not None else torch.device("emu", torch.emu.current_device()))
+    return zero_(out)

@@ -35,6 +35,7 @@ from torch_plugin.errors import HostFallbackError
 from torch_plugin.ops import registry
 
 _warned: set[str] = set()
+_CPU = torch.device("cpu")
 
 # Kinds of mutable argument the fallback writes back.
 TENSOR = "Tensor"
@@ -230,7 +231,9 @@ def _run_counted(op, name, args, kwargs, delegated):
             if host is None:
                 host = host_of[id(x)] = x.cpu()
             return host
-        return x
+        if isinstance(x, torch.device) and x.type == "emu":
+            return _CPU  # a factory's device argument: the CPU kernel builds on the host (and the
+        return x        # result is copied back), or the op would come straight back here
     with registry.in_host_fallback():
         cpu_args, cpu_kwargs = tree_map(to_host, args), tree_map(to_host, kwargs)
     inputs = _distinct_tensors((cpu_args, cpu_kwargs))

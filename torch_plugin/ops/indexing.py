@@ -269,7 +269,7 @@ def _gather(x, dim, index, out=None):
     name = "gather()"
     device = common_device("aten::gather", x, index, *([out] if out is not None else []))
     _supported("aten::gather", x)
-    if index.dtype not in _INT_INDEX:
+    if index.dtype not in _INT_INDEX and index.numel():  # CPU checks the dtype of a non-empty index only
         raise RuntimeError("gather(): Expected dtype int32/int64 for index")
     d = _wrap_dim(dim, x.dim())
     _check_gather_shapes(name, x, d, index)
@@ -426,7 +426,7 @@ def _scatter(name, self, dim, index, src, reduce_code, include_self=True, out=No
     tensors = [t for t in (self, index, src, out) if isinstance(t, torch.Tensor)]
     device = common_device(f"aten::{name}", *tensors)
     _supported(f"aten::{name}", self, src)
-    if index.dtype not in _INT_INDEX:
+    if index.dtype not in _INT_INDEX and index.numel():  # CPU checks the dtype of a non-empty index only
         raise RuntimeError(f"{name}(): Expected dtype int32/int64 for index")
     if isinstance(src, torch.Tensor) and src.dtype != self.dtype:
         raise RuntimeError(f"{name}(): Expected self.dtype to be equal to src.dtype")

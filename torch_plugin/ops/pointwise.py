@@ -118,14 +118,14 @@ def _value_param(extra, kwargs, dtype):
 
 
 # The rows. Overloads that this torch does not define are skipped (registrations() checks).
+# CompositeImplicitAutograd aliases (arcsin, negative, greater, max.other, ...) have no rows:
+# they decompose into the rows' ops by themselves, and a PrivateUse1 kernel for them would lose
+# their autograd formula (the gradient would silently be zero).
 TABLE: tuple[Pointwise, ...] = (
     # unary, floating (integers promote to the default float dtype)
     *(_uni(n) for n in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos",
                         "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
                         "sigmoid", "erf", "erfc", "lgamma", "reciprocal", "sinc", "deg2rad", "rad2deg")),
-    Pointwise("arcsin", "asin", 1, ("arcsin", "arcsin_", "arcsin.out"), "int_to_float", "float"),
-    Pointwise("arccos", "acos", 1, ("arccos", "arccos_", "arccos.out"), "int_to_float", "float"),
-    Pointwise("arctan", "atan", 1, ("arctan", "arctan_", "arctan.out"), "int_to_float", "float"),
     Pointwise("silu", "silu", 1, ("silu", "silu_", "silu.out"), "same_as_first", "float"),
     Pointwise("mish", "mish", 1, ("mish", "mish_", "mish.out"), "same_as_first", "float"),
     Pointwise("hardswish", "hardswish", 1, ("hardswish", "hardswish_", "hardswish.out"), "same_as_first", "float"),
@@ -145,13 +145,10 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("frac", "frac", 1, ("frac", "frac_", "frac.out"), "same_as_first", "float"),
     # unary, any real dtype
     Pointwise("neg", "neg", 1, ("neg", "neg_", "neg.out"), "same_as_first", "no_bool"),
-    Pointwise("negative", "neg", 1, ("negative", "negative_", "negative.out"), "same_as_first", "no_bool"),
     Pointwise("abs", "abs", 1, ("abs", "abs_", "abs.out"), "same_as_first", "no_bool"),
-    Pointwise("absolute", "abs", 1, ("absolute", "absolute_", "absolute.out"), "same_as_first", "no_bool"),
     Pointwise("sign", "sign", 1, ("sign", "sign_", "sign.out"), "same_as_first", "no_bool"),
     Pointwise("sgn", "sign", 1, ("sgn", "sgn_", "sgn.out"), "same_as_first", "no_bool"),
     *(Pointwise(n, n, 1, (n, f"{n}_", f"{n}.out"), "same_as_first", "no_bool") for n in ("floor", "ceil", "trunc")),
-    Pointwise("fix", "trunc", 1, ("fix", "fix_", "fix.out"), "same_as_first", "no_bool"),
     Pointwise("round", "round", 1, ("round", "round_", "round.out", "round.decimals", "round_.decimals",
                                     "round.decimals_out"), "same_as_first", "no_bool", _round_params),
     Pointwise("clamp", "clamp", 1, ("clamp", "clamp_", "clamp.out"), "clamp", "no_bool", _clamp_params),
@@ -166,7 +163,6 @@ TABLE: tuple[Pointwise, ...] = (
     # unary, bool result
     Pointwise("isnan", "isnan", 1, ("isnan",), "always_bool"),
     Pointwise("isinf", "isinf", 1, ("isinf",), "always_bool"),
-    Pointwise("isfinite", "isfinite", 1, ("isfinite",), "always_bool"),
     Pointwise("isposinf", "isposinf", 1, ("isposinf", "isposinf.out"), "always_bool"),
     Pointwise("isneginf", "isneginf", 1, ("isneginf", "isneginf.out"), "always_bool"),
     Pointwise("signbit", "signbit", 1, ("signbit", "signbit.out"), "always_bool"),
@@ -177,7 +173,7 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("pow", "pow", 2, ("pow.Tensor_Tensor", "pow.Tensor_Tensor_out"), "default", "all"),
     Pointwise("pow", "pow", 2, ("pow.Tensor_Scalar", "pow_.Scalar", "pow.Tensor_Scalar_out", "pow.Scalar",
                                 "pow.Scalar_out", "pow_.Tensor"), "default", "all"),
-    *(Pointwise(n, "atan2", 2, (n, f"{n}_", f"{n}.out"), "int_to_float", "float") for n in ("atan2", "arctan2")),
+    Pointwise("atan2", "atan2", 2, ("atan2", "atan2_", "atan2.out"), "int_to_float", "float"),
     Pointwise("hypot", "hypot", 2, ("hypot", "hypot_", "hypot.out"), "default", "float"),
     _bin("copysign", promotion="int_to_float", dtypes="float"),
     _bin("fmod", dtypes="no_bool", out="Tensor_out"),
@@ -191,14 +187,8 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("fmin", "fmin", 2, ("fmin", "fmin.out"), "default", "all"),
     Pointwise("maximum", "maximum", 2, ("maximum", "maximum.out"), "default", "all"),
     Pointwise("minimum", "minimum", 2, ("minimum", "minimum.out"), "default", "all"),
-    Pointwise("max", "maximum", 2, ("max.other", "max.out"), "default", "all"),
-    Pointwise("min", "minimum", 2, ("min.other", "min.out"), "default", "all"),
     *(_bin(n, promotion="always_bool", tensor="Tensor", out="Tensor_out") for n in ("eq", "ne", "lt", "le", "gt", "ge")),
     *(Pointwise(n, n, 2, (f"{n}.Scalar_out",), "always_bool") for n in ("eq", "ne", "lt", "le", "gt", "ge")),
-    *(Pointwise(alias, code, 2, (f"{alias}.Tensor", f"{alias}.Scalar", f"{alias}_.Tensor", f"{alias}_.Scalar",
-                                 f"{alias}.Tensor_out", f"{alias}.Scalar_out"), "always_bool")
-      for alias, code in (("greater", "gt"), ("greater_equal", "ge"), ("less", "lt"), ("less_equal", "le"),
-                          ("not_equal", "ne"))),
     *(Pointwise(n, n, 2, (n, f"{n}_", f"{n}.out"), "always_bool") for n in ("logical_and", "logical_or", "logical_xor")),
     *(_bin(n, dtypes="integral", out="Tensor_out") for n in ("bitwise_and", "bitwise_or", "bitwise_xor")),
     *(Pointwise(n, n, 2, (f"{n}.Scalar_out",), "default", "integral") for n in ("bitwise_and", "bitwise_or", "bitwise_xor")),

@@ -346,6 +346,7 @@ def native_kernels() -> dict:
         "fill_.Scalar": factories.fill_scalar,
         "fill_.Tensor": factories.fill_tensor,
         "zero_": factories.zero_,
+        "_efficientzerotensor": factories.efficient_zero_tensor,
         "arange.start_out": factories.arange_out,
         "linspace.out": factories.linspace_out,
         "eye.out": factories.eye_out,
