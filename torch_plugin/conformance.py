@@ -23,6 +23,8 @@ pytest against the expected failures in ``tests/torch_plugin/data/opinfo_expecte
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
 import json
 import sys
 import time
@@ -177,6 +179,16 @@ def _explicit(err: Exception) -> bool:
     return isinstance(err, (NotImplementedError, RuntimeError, TypeError, ValueError, IndexError))
 
 
+def _make_samples(op, dtype, mode, max_samples):
+    import torch_plugin.device_module as emu
+    torch.manual_seed(0)
+    with emu.host_fallback("allow"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # Only the samples that will run are made (some OpInfos make hundreds of MiB of them).
+        return list(itertools.islice(op.sample_inputs("emu", dtype, requires_grad=(mode == "backward")),
+                                     max_samples))
+
+
 def check_op(op, dtype: torch.dtype, mode: str, max_samples: int | None = None) -> Outcome:
     """Runs one OpInfo's samples of ``dtype`` in ``mode`` and returns the outcome."""
     from torch_plugin.ops import registry
@@ -185,13 +197,19 @@ def check_op(op, dtype: torch.dtype, mode: str, max_samples: int | None = None) 
     outcome = Outcome(name, str(dtype).replace("torch.", ""), mode, PASS)
     if mode == "backward" and not (op.supports_autograd and dtype.is_floating_point):
         outcome.status = SKIP
+        outcome.detail = "the OpInfo has no autograd support in this dtype"
         return outcome
     import torch_plugin.device_module as emu
     try:
-        torch.manual_seed(0)
-        with emu.host_fallback("allow"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            samples = list(op.sample_inputs("emu", dtype, requires_grad=(mode == "backward")))
+        samples = _make_samples(op, dtype, mode, max_samples)
+    except torch.OutOfMemoryError:  # earlier ops' tensors may sit in reference cycles: collect, retry once
+        gc.collect()
+        emu.empty_cache()
+        try:
+            samples = _make_samples(op, dtype, mode, max_samples)
+        except Exception as err:
+            outcome.status, outcome.detail = ERROR, f"making the samples on emu: {type(err).__name__}: {err}"[:400]
+            return outcome
     except Exception as err:  # the OpInfo cannot make its samples on emu
         _recover_if_faulted(err)
         outcome.status = ERROR if _explicit(err) else MISMATCH
@@ -199,8 +217,6 @@ def check_op(op, dtype: torch.dtype, mode: str, max_samples: int | None = None) 
         return outcome
     nondeterministic = bool(getattr(op, "has_nondeterministic_output", False)) or (
         bool(samples) and _is_random(op, samples[0]))
-    if max_samples is not None:
-        samples = samples[:max_samples]
     registry.reset_op_stats()
     policy = "forbid" if mode == "forbid" else "allow"
     with warnings.catch_warnings():
@@ -237,11 +253,12 @@ def _check_sample(op, sample, mode, policy, nondeterministic, tol=None):
     except Exception:
         return None
     try:
-        with emu.host_fallback(policy):
-            torch.manual_seed(0)
-            actual, leaves = _run(op, sample, on_emu=True)
-            if mode == "backward":
-                actual = _grads(actual, leaves)
+        try:
+            actual = _emu_result(op, sample, mode, policy)
+        except torch.OutOfMemoryError:  # earlier ops' tensors may sit in reference cycles: collect, retry once
+            gc.collect()
+            emu.empty_cache()
+            actual = _emu_result(op, sample, mode, policy)
     except HostFallbackError as err:
         return FALLBACK, str(err).splitlines()[0]
     except Exception as err:
@@ -283,6 +300,14 @@ def _is_random(op, sample) -> bool:
     except Exception:
         return False
     return False
+
+
+def _emu_result(op, sample, mode, policy):
+    import torch_plugin.device_module as emu
+    with emu.host_fallback(policy):
+        torch.manual_seed(0)
+        actual, leaves = _run(op, sample, on_emu=True)
+        return _grads(actual, leaves) if mode == "backward" else actual
 
 
 def _grads(result, leaves):
