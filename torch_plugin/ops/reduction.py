@@ -561,52 +561,31 @@ def _all_any(op, x, dim, keepdim, out=None, reduce_all_for_empty=True):
     return out
 
 
-def all_all(x):
-    return _all_any("all", x, None, False)
+def _all_any_kernels(op: str):
+    """The six all/any overloads: full reduction, dim, dims (an empty dims list reduces nothing),
+    each functional and out=."""
+    def full(x):
+        return _all_any(op, x, None, False)
+
+    def full_out(x, *, out):
+        return _all_any(op, x, None, False, out)
+
+    def dim(x, dim, keepdim=False):
+        return _all_any(op, x, [dim], keepdim)
+
+    def dim_out(x, dim, keepdim=False, *, out):
+        return _all_any(op, x, [dim], keepdim, out)
+
+    def dims(x, dim=None, keepdim=False):
+        return _all_any(op, x, _int_dims(dim), keepdim, reduce_all_for_empty=False)
+
+    def dims_out(x, dim=None, keepdim=False, *, out):
+        return _all_any(op, x, _int_dims(dim), keepdim, out, reduce_all_for_empty=False)
+    return full, full_out, dim, dim_out, dims, dims_out
 
 
-def all_all_out(x, *, out):
-    return _all_any("all", x, None, False, out)
-
-
-def all_dim(x, dim, keepdim=False):
-    return _all_any("all", x, [dim], keepdim)
-
-
-def all_out(x, dim, keepdim=False, *, out):
-    return _all_any("all", x, [dim], keepdim, out)
-
-
-def all_dims(x, dim=None, keepdim=False):
-    return _all_any("all", x, _int_dims(dim), keepdim, reduce_all_for_empty=False)
-
-
-def all_dims_out(x, dim=None, keepdim=False, *, out):
-    return _all_any("all", x, _int_dims(dim), keepdim, out, reduce_all_for_empty=False)
-
-
-def any_all(x):
-    return _all_any("any", x, None, False)
-
-
-def any_all_out(x, *, out):
-    return _all_any("any", x, None, False, out)
-
-
-def any_dim(x, dim, keepdim=False):
-    return _all_any("any", x, [dim], keepdim)
-
-
-def any_out(x, dim, keepdim=False, *, out):
-    return _all_any("any", x, [dim], keepdim, out)
-
-
-def any_dims(x, dim=None, keepdim=False):
-    return _all_any("any", x, _int_dims(dim), keepdim, reduce_all_for_empty=False)
-
-
-def any_dims_out(x, dim=None, keepdim=False, *, out):
-    return _all_any("any", x, _int_dims(dim), keepdim, out, reduce_all_for_empty=False)
+all_all, all_all_out, all_dim, all_out, all_dims, all_dims_out = _all_any_kernels("all")
+any_all, any_all_out, any_dim, any_out, any_dims, any_dims_out = _all_any_kernels("any")
 
 
 # ------------------------------------------------------------------------------------ logsumexp
