@@ -728,6 +728,24 @@ def _pointwise_loss_cost(device, op, out, x, *rest):
     return _roofline(device, device.vector_engine.elementwise_ns(x.numel, 8.0), moved, 6 * x.numel)
 
 
+# -- wrappers: FFT (fft.pyx)
+
+
+# -- wrappers: LAPACK linear algebra (lapack.pyx)
+
+
+# -- wrappers: selection, scans, searching, histograms (selection.pyx)
+
+
+# -- wrappers: random sampling and dropout (random.pyx)
+
+
+# -- wrappers: indexing extras (indexing.pyx, second block)
+
+
+# -- wrappers: pooling and sampling extras (conv.pyx, second block)
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
@@ -791,6 +809,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("bmm", "matrix", _bmm, _bmm_cost),
     Kernel("addbmm", "matrix", _addbmm, _bmm_cost),
     Kernel("addr", "vector", _addr, _vector_cost(2.0, 3)),
+    # -- FFT (fft.pyx)
+    # -- LAPACK linear algebra (lapack.pyx)
+    # -- selection, scans, searching, histograms (selection.pyx)
+    # -- random sampling and dropout (random.pyx)
+    # -- indexing extras (indexing.pyx, second block)
+    # -- pooling and sampling extras (conv.pyx, second block)
     # -- losses (losses.pyx)
     Kernel("nll_loss2d", "vector", _nll_loss2d, _nll_loss2d_cost),
     Kernel("nll_loss2d_backward", "vector", _nll_loss2d_backward, _nll_loss2d_backward_cost),

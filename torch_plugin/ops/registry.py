@@ -554,6 +554,12 @@ def native_kernels() -> dict:
         "addr": linalg.addr,
         "addr.out": linalg.addr_out,
         "addr_": linalg.addr_,
+        # -- FFT (ops/fft.py)
+        # -- LAPACK linear algebra (ops/lapack.py)
+        # -- selection, scans, searching, histograms (ops/selection.py)
+        # -- random sampling and dropout (ops/random.py)
+        # -- indexing extras (ops/indexing.py, second block)
+        # -- pooling and sampling extras (ops/conv.py, second block)
         # -- losses (ops/loss.py)
         "nll_loss2d_forward": loss.nll_loss2d_forward,
         "nll_loss2d_forward.output": loss.nll_loss2d_forward_output,
