@@ -29,6 +29,7 @@ from libc.math cimport exp, expf, sqrt, sqrtf
 from libc.stdlib cimport calloc, malloc, free
 
 include "_common.pxi"
+include "_vecmath.pxi"
 
 ctypedef fused flt_t:
     float
@@ -230,22 +231,25 @@ cdef void _softmax_rows(NdIter* it, char** ptrs, Py_ssize_t L, Py_ssize_t so, in
     while True:
         for j in range(n):
             load_block(ptrs[1] + j * ri, si, idt, L, buf)
-            m = buf[0]
-            for k in range(1, L):
-                if buf[k] > m or buf[k] != buf[k]:
-                    m = buf[k]
-                    if m != m:
-                        break
-            s = 0
-            for k in range(L):
-                if flt_t is float:
-                    buf[k] = expf(buf[k] - m)
-                else:
+            if flt_t is float:
+                # The vector-math path (_vecmath.pxi): the same arithmetic, 8 lanes at a time.
+                m = ek_row_max_f32(buf, L)
+                s = <float>ek_row_exp_shift_f32(buf, L, m)
+                ek_row_scale_f32(buf, L, 1 / s)
+            else:
+                m = buf[0]
+                for k in range(1, L):
+                    if buf[k] > m or buf[k] != buf[k]:
+                        m = buf[k]
+                        if m != m:
+                            break
+                s = 0
+                for k in range(L):
                     buf[k] = exp(buf[k] - m)
-                s = s + buf[k]
-            s = 1 / s
-            for k in range(L):
-                buf[k] = buf[k] * s
+                    s = s + buf[k]
+                s = 1 / s
+                for k in range(L):
+                    buf[k] = buf[k] * s
             store_block(buf, L, odt, ptrs[0] + j * ro, so)
         if not iter_next_row(it, ptrs):
             break

@@ -18,6 +18,7 @@ from libc.math cimport exp, expf, log, logf
 from libc.stdlib cimport malloc, free
 
 include "_common.pxi"
+include "_vecmath.pxi"
 
 ctypedef fused flt_t:
     float
@@ -34,24 +35,24 @@ cdef void _log_softmax_rows(NdIter* it, char** ptrs, Py_ssize_t L, Py_ssize_t so
     while True:
         for j in range(n):
             load_block(ptrs[1] + j * ri, si, idt, L, buf)
-            m = buf[0]
-            for k in range(1, L):
-                if buf[k] > m or buf[k] != buf[k]:
-                    m = buf[k]
-                    if m != m:
-                        break
-            s = 0
-            for k in range(L):
-                if flt_t is float:
-                    s = s + expf(buf[k] - m)
-                else:
-                    s = s + exp(buf[k] - m)
             if flt_t is float:
-                lse = logf(s)
+                # The vector-math path (_vecmath.pxi): the same arithmetic, 8 lanes at a time.
+                m = ek_row_max_f32(buf, L)
+                lse = logf(<float>ek_row_sum_exp_shift_f32(buf, L, m))
+                ek_row_shift2_f32(buf, L, m, lse)
             else:
+                m = buf[0]
+                for k in range(1, L):
+                    if buf[k] > m or buf[k] != buf[k]:
+                        m = buf[k]
+                        if m != m:
+                            break
+                s = 0
+                for k in range(L):
+                    s = s + exp(buf[k] - m)
                 lse = log(s)
-            for k in range(L):
-                buf[k] = (buf[k] - m) - lse
+                for k in range(L):
+                    buf[k] = (buf[k] - m) - lse
             store_block(buf, L, odt, ptrs[0] + j * ro, so)
         if not iter_next_row(it, ptrs):
             break

@@ -1,0 +1,164 @@
+# Vector math for the float32 paths of the vector-engine kernels (softmax, log_softmax).
+#
+# Speed only: written with GCC/Clang vector extensions (8 floats per vector) so that each
+# row function compiles to AVX-512, AVX2+FMA or SSE2 code, chosen at load time
+# (target_clones). Numerics:
+#   * exp is evaluated in float32 as Cephes' expf is (and as PyTorch's vectorised CPU exp,
+#     within 1 ulp): round-to-nearest range reduction x = k*ln2 + r with ln2 split in two
+#     (Cody-Waite), a degree-7 minimax polynomial on |r| <= ln2/2, and 2**k applied as two
+#     factors so that results down to the float32 subnormals keep one rounding. Inputs are
+#     clamped to [-104, 89] (exp(-104) rounds to 0, exp(89) overflows to inf, as the true
+#     values do). NaN propagates.
+#   * x - max is rounded in float32 first, as CPU computes it.
+#   * sums accumulate in double, 4 lanes at a time (another summation order than a scalar
+#     loop; the float32 sum is the double sum rounded once).
+
+cdef extern from *:
+    """
+    #include <stddef.h>
+    #include <string.h>
+    #pragma GCC diagnostic ignored "-Wpsabi"          /* the vector helpers are inline-only */
+    #pragma GCC diagnostic ignored "-Wunused-function"  /* each module uses some of the rows */
+    typedef float ek_vf __attribute__((vector_size(32)));
+    typedef int ek_vi __attribute__((vector_size(32)));
+    typedef float ek_vf4 __attribute__((vector_size(16)));
+    typedef double ek_vd4 __attribute__((vector_size(32)));
+
+    #if defined(__x86_64__) && defined(__GNUC__)
+    #define EK_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+    #else
+    #define EK_CLONES
+    #endif
+
+    static inline ek_vf ek_blendf(ek_vi mask, ek_vf yes, ek_vf no) {
+        return (ek_vf)(((ek_vi)yes & mask) | ((ek_vi)no & ~mask));
+    }
+
+    static inline ek_vf ek_loadf(const float *v) {
+        ek_vf f;
+        memcpy(&f, v, sizeof f);
+        return f;
+    }
+
+    /* 8 floats from v[:rest] (rest < 8), the other lanes set to pad. */
+    static inline ek_vf ek_load_tailf(const float *v, Py_ssize_t rest, float pad) {
+        float t[8];
+        Py_ssize_t k;
+        for (k = 0; k < 8; k++) t[k] = k < rest ? v[k] : pad;
+        return ek_loadf(t);
+    }
+
+    static inline void ek_store_tailf(float *v, Py_ssize_t rest, ek_vf f) {
+        float t[8];
+        memcpy(t, &f, sizeof f);
+        memcpy(v, t, rest * sizeof(float));
+    }
+
+    /* exp(x) lane-wise in float32 (see the header). */
+    static inline ek_vf ek_expf8(ek_vf x) {
+        const ek_vf lo = {-104, -104, -104, -104, -104, -104, -104, -104};
+        const ek_vf hi = {89, 89, 89, 89, 89, 89, 89, 89};
+        const ek_vf magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f,
+                             12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};   /* 1.5 * 2**23 */
+        ek_vf src = x, kd, k, r, p;
+        ek_vi ki, k1;
+        x = ek_blendf(x < lo, lo, x);
+        x = ek_blendf(x > hi, hi, x);
+        kd = x * 1.44269504088896341f + magic;             /* round(x / ln2) in the low bits */
+        k = kd - magic;
+        r = x - k * 0.693359375f;                          /* 0.693359375 + -2.12194440e-4 = ln2 */
+        r = r - k * -2.12194440e-4f;
+        p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+        p = p * r + 8.3334519073e-3f;
+        p = p * r + 4.1665795894e-2f;
+        p = p * r + 1.6666665459e-1f;
+        p = p * r + 5.0000001201e-1f;
+        p = p * (r * r) + r + 1.0f;
+        ki = (ek_vi)kd - (ek_vi)magic;                     /* k, in [-150, 129] */
+        k1 = ki >> 1;                                      /* 2**k = 2**k1 * 2**(k - k1), both normal */
+        p = (p * (ek_vf)((k1 + 127) << 23)) * (ek_vf)((ki - k1 + 127) << 23);
+        return ek_blendf(src != src, src, p);
+    }
+
+    static inline ek_vd4 ek_widen_sum(ek_vf f) {
+        ek_vf4 a = {f[0], f[1], f[2], f[3]}, b = {f[4], f[5], f[6], f[7]};
+        return __builtin_convertvector(a, ek_vd4) + __builtin_convertvector(b, ek_vd4);
+    }
+
+    static inline double ek_hsum4(ek_vd4 s) {
+        return (s[0] + s[1]) + (s[2] + s[3]);
+    }
+
+    /* Largest element of v[:n] (n >= 1); NaN if any element is NaN. */
+    EK_CLONES static float ek_row_max_f32(const float *v, Py_ssize_t n) {
+        ek_vf m = ek_load_tailf(v, 1, v[0]), x;
+        ek_vi nan = {0, 0, 0, 0, 0, 0, 0, 0};
+        Py_ssize_t i, k;
+        float best;
+        for (i = 0; i + 8 <= n; i += 8) {
+            x = ek_loadf(v + i);
+            nan |= x != x;
+            m = ek_blendf(x > m, x, m);
+        }
+        x = ek_load_tailf(v + i, n - i, v[0]);
+        nan |= x != x;
+        m = ek_blendf(x > m, x, m);
+        best = m[0];
+        for (k = 0; k < 8; k++) {
+            if (nan[k]) return __builtin_nanf("");
+            if (m[k] > best) best = m[k];
+        }
+        return best;
+    }
+
+    /* v[i] = exp(v[i] - shift) in place; returns the double sum of the stored values. */
+    EK_CLONES static double ek_row_exp_shift_f32(float *v, Py_ssize_t n, float shift) {
+        ek_vd4 s = {0, 0, 0, 0};
+        ek_vf f;
+        Py_ssize_t i;
+        for (i = 0; i + 8 <= n; i += 8) {
+            f = ek_expf8(ek_loadf(v + i) - shift);
+            memcpy(v + i, &f, sizeof f);
+            s += ek_widen_sum(f);
+        }
+        if (i < n) {
+            f = ek_expf8(ek_load_tailf(v + i, n - i, -__builtin_inff()) - shift);
+            ek_store_tailf(v + i, n - i, f);
+            s += ek_widen_sum(ek_load_tailf(v + i, n - i, 0));
+        }
+        return ek_hsum4(s);
+    }
+
+    /* The double sum of exp(v[i] - shift) over v[:n]; v is not written. */
+    EK_CLONES static double ek_row_sum_exp_shift_f32(const float *v, Py_ssize_t n, float shift) {
+        ek_vd4 s = {0, 0, 0, 0};
+        ek_vf f;
+        Py_ssize_t i;
+        float t[8];
+        for (i = 0; i + 8 <= n; i += 8)
+            s += ek_widen_sum(ek_expf8(ek_loadf(v + i) - shift));
+        if (i < n) {
+            f = ek_expf8(ek_load_tailf(v + i, n - i, -__builtin_inff()) - shift);
+            ek_store_tailf(t, n - i, f);
+            s += ek_widen_sum(ek_load_tailf(t, n - i, 0));
+        }
+        return ek_hsum4(s);
+    }
+
+    /* v[i] *= scale in place (float32 arithmetic). */
+    EK_CLONES static void ek_row_scale_f32(float *v, Py_ssize_t n, float scale) {
+        Py_ssize_t i;
+        for (i = 0; i < n; i++) v[i] = v[i] * scale;
+    }
+
+    /* v[i] = (v[i] - shift) - lse in place (float32 arithmetic, log_softmax's order). */
+    EK_CLONES static void ek_row_shift2_f32(float *v, Py_ssize_t n, float shift, float lse) {
+        Py_ssize_t i;
+        for (i = 0; i < n; i++) v[i] = (v[i] - shift) - lse;
+    }
+    """
+    float ek_row_max_f32(const float* v, Py_ssize_t n) noexcept nogil
+    double ek_row_exp_shift_f32(float* v, Py_ssize_t n, float shift) noexcept nogil
+    double ek_row_sum_exp_shift_f32(const float* v, Py_ssize_t n, float shift) noexcept nogil
+    void ek_row_scale_f32(float* v, Py_ssize_t n, float scale) noexcept nogil
+    void ek_row_shift2_f32(float* v, Py_ssize_t n, float shift, float lse) noexcept nogil
