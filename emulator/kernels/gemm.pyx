@@ -7,7 +7,10 @@ widened to float32, products accumulate in float32, alpha/beta are applied in
 float32 and the result is rounded once to the output dtype; float32 runs in
 float32 and float64 in float64.  The arithmetic itself is delegated to the
 host BLAS (scipy.linalg.cython_blas sgemm/dgemm), so the summation order --
-and hence the last bits -- is BLAS's, not a systolic array's.
+and hence the last bits -- is BLAS's, not a systolic array's. bfloat16 x
+bfloat16 products run on the host's AMX tiles instead where it has them
+(_amx.pxi: the same contract, bf16 products summed in float32; subnormals
+flushed as TDPBF16PS does).
 
 Operands already in the BLAS type and in a row- or column-major layout are
 handed to BLAS in place; anything else (other dtypes, broadcast or odd
@@ -40,6 +43,7 @@ from libc.limits cimport INT_MAX
 from scipy.linalg.cython_blas cimport sgemm, dgemm
 
 include "_common.pxi"
+include "_amx.pxi"
 
 # The matrix engine's functional GEMM runs BLAS on one host thread: the simulation is one thread,
 # and on a shared 2-core host a threaded OpenBLAS GEMM was up to 10x slower than a single-threaded
@@ -156,7 +160,15 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     cdef const char* lo_x
     cdef const char* hi_x
     cdef bint direct_out, pack_a = False, pack_b = False
-    cdef int threads
+    cdef int threads, rc
+
+    # bfloat16 x bfloat16 runs on the host's AMX tiles where it has them (_amx.pxi).
+    if real_t is float:
+        if adt == DT_BFLOAT16 and bdt == DT_BFLOAT16 and K > 0 and M > 0 and N > 0:
+            rc = _gemm_bf16_amx(out, odt, os0, os1, a, as0, as1, b, bs0, bs1, c, cdt, cs0, cs1,
+                                M, N, K, alpha, beta)
+            if rc != 1:
+                return rc
 
     # 1. Decide layouts: operands in BLAS type and layout are used in place.
     if K > 0:
