@@ -1,4 +1,5 @@
-# Vector math for the float32 paths of the vector-engine kernels (softmax, log_softmax).
+# Vector math for the float32 paths of the vector-engine kernels (softmax, log_softmax, and
+# the pointwise kernels' check that a vector-libm result rounds as the scalar one).
 #
 # Speed only: written with GCC/Clang vector extensions (8 floats per vector) so that each
 # row function compiles to AVX-512, AVX2+FMA or SSE2 code, chosen at load time
@@ -156,7 +157,59 @@ cdef extern from *:
         Py_ssize_t i;
         for (i = 0; i < n; i++) v[i] = (v[i] - shift) - lse;
     }
+
+    /* keep[i] = whether a[i] (a double result within `margin` double ulps of the exact one)
+       rounds to the same float32 as it: a normal float32 value in [2**-125, 2**127] whose
+       low 29 bits keep more than `margin` from the float32 rounding midpoint. NaN is not kept.
+       Returns the count kept. A branch-free loop the compiler vectorises. */
+    EK_CLONES static Py_ssize_t ek_rounds_like_f32(const double *a, unsigned char *keep, Py_ssize_t n,
+                                                    long long margin) {
+        Py_ssize_t i, kept = 0;
+        for (i = 0; i < n; i++) {
+            unsigned long long u, mag;
+            long long low;
+            memcpy(&u, a + i, 8);
+            mag = u & 0x7fffffffffffffffULL;
+            low = (long long)(u & ((1ULL << 29) - 1)) - (1LL << 28);
+            keep[i] = (mag >= 0x3820000000000000ULL) & (mag <= 0x47e0000000000000ULL)
+                      & ((unsigned long long)(low + margin) > (unsigned long long)(2 * margin));
+            kept += keep[i];
+        }
+        return kept;
+    }
+
+    /* The argument and result maps around a vector-libm call (pointwise.pyx's fast path), as
+       loops the compiler vectorises: a = scale * x, or the tanh-gelu cubic; then the result
+       expression of the op from x and the libm values v. */
+    enum { EK_PREP_SCALE = 0, EK_PREP_GELU_TANH = 1 };
+    enum { EK_POST_COPY = 0, EK_POST_GELU = 1, EK_POST_SIGMOID = 2, EK_POST_SILU = 3 };
+
+    EK_CLONES static void ek_vec_prep(int kind, const double *x, double *a, Py_ssize_t n, double scale) {
+        Py_ssize_t i;
+        if (kind == EK_PREP_GELU_TANH)
+            for (i = 0; i < n; i++) a[i] = scale * (x[i] + 0.044715 * x[i] * x[i] * x[i]);
+        else
+            for (i = 0; i < n; i++) a[i] = x[i] * scale;
+    }
+
+    /* gelu: 0.5 x (1 + v), NaN (recomputed by the scalar path) where 1 + v < tail cancels. */
+    EK_CLONES static void ek_vec_post(int kind, const double *x, const double *v, double *a, Py_ssize_t n,
+                                      double tail) {
+        Py_ssize_t i;
+        if (kind == EK_POST_GELU)
+            for (i = 0; i < n; i++) a[i] = 1.0 + v[i] >= tail ? 0.5 * x[i] * (1.0 + v[i]) : __builtin_nan("");
+        else if (kind == EK_POST_SIGMOID)
+            for (i = 0; i < n; i++) a[i] = 1.0 / (1.0 + v[i]);
+        else if (kind == EK_POST_SILU)
+            for (i = 0; i < n; i++) a[i] = x[i] / (1.0 + v[i]);
+        else
+            memcpy(a, v, n * sizeof(double));
+    }
     """
+    int EK_PREP_SCALE, EK_PREP_GELU_TANH, EK_POST_COPY, EK_POST_GELU, EK_POST_SIGMOID, EK_POST_SILU
+    void ek_vec_prep(int kind, const double* x, double* a, Py_ssize_t n, double scale) noexcept nogil
+    void ek_vec_post(int kind, const double* x, const double* v, double* a, Py_ssize_t n, double tail) noexcept nogil
+    Py_ssize_t ek_rounds_like_f32(const double* a, unsigned char* keep, Py_ssize_t n, long long margin) noexcept nogil
     float ek_row_max_f32(const float* v, Py_ssize_t n) noexcept nogil
     double ek_row_exp_shift_f32(float* v, Py_ssize_t n, float shift) noexcept nogil
     double ek_row_sum_exp_shift_f32(const float* v, Py_ssize_t n, float shift) noexcept nogil

@@ -18,8 +18,10 @@ runs in int64 with the wrapping of the compute dtype; bool compute is 0/1.
 Integer division and modulo by zero raise KernelArgumentError ("ZeroDivisionError",
 as CPU raises), which the firmware reports as a kernel fault.
 
-Left out: complex numbers, special functions beyond erf/erfc/lgamma (digamma,
-polygamma, bessel, zeta), nextafter for float16/bfloat16.
+The special functions (digamma, polygamma, erfinv, the Bessel family, incomplete gamma,
+zeta, the orthogonal polynomials, ...) are in _special_math.pxi.
+
+Left out: complex numbers.
 """
 
 from libc.math cimport (exp, exp2, expm1, log, log2, log10, log1p, sqrt, sin, cos, tan, asin, acos, atan,
@@ -28,6 +30,8 @@ from libc.math cimport (exp, exp2, expm1, log, log2, log10, log1p, sqrt, sin, co
                         nextafter, nextafterf, NAN, INFINITY, M_PI, M_LN2)
 
 include "_common.pxi"
+include "_vecmath.pxi"
+include "_special_math.pxi"
 
 cdef enum:
     # unary, floating (integers promote to float before they reach the kernel)
@@ -35,6 +39,10 @@ cdef enum:
     U_ASIN, U_ACOS, U_ATAN, U_SINH, U_COSH, U_TANH, U_ASINH, U_ACOSH, U_ATANH, U_SIGMOID, U_ERF,
     U_ERFC, U_LGAMMA, U_RECIPROCAL, U_SILU, U_GELU, U_GELU_TANH, U_MISH, U_SOFTPLUS, U_ELU,
     U_HARDSWISH, U_HARDSIGMOID, U_SINC, U_FRAC, U_LOGIT, U_DEG2RAD, U_RAD2DEG,
+    U_DIGAMMA, U_POLYGAMMA, U_ERFINV, U_I0, U_I0E, U_I1, U_I1E, U_NDTRI, U_LOG_NDTR, U_ERFCX, U_ENTR,
+    U_AIRY_AI, U_BESSEL_J0, U_BESSEL_J1, U_BESSEL_Y0, U_BESSEL_Y1, U_MODIFIED_BESSEL_K0,
+    U_MODIFIED_BESSEL_K1, U_SCALED_MODIFIED_BESSEL_K0, U_SCALED_MODIFIED_BESSEL_K1, U_SPHERICAL_BESSEL_J0,
+    U_HARDSHRINK, U_SOFTSHRINK, U_LOG_SIGMOID, U_ANGLE, U_FREXP_MANTISSA, U_FREXP_EXPONENT,
     # unary, any real dtype
     U_NEG, U_ABS, U_RELU, U_SIGN, U_FLOOR, U_CEIL, U_ROUND, U_TRUNC, U_LEAKY_RELU, U_CLAMP,
     U_THRESHOLD, U_NAN_TO_NUM, U_IDENTITY, U_SQUARE,
@@ -48,18 +56,25 @@ cdef enum:
     B_MAXIMUM, B_MINIMUM, B_EQ, B_NE, B_LT, B_LE, B_GT, B_GE, B_LOGICAL_AND, B_LOGICAL_OR,
     B_LOGICAL_XOR, B_BITWISE_AND, B_BITWISE_OR, B_BITWISE_XOR, B_LSHIFT, B_RSHIFT, B_XLOGY, B_XLOG1PY,
     B_LOGADDEXP, B_LOGADDEXP2, B_NEXTAFTER, B_HEAVISIDE,
+    B_IGAMMA, B_IGAMMAC, B_ZETA, B_CHEB_T, B_CHEB_U, B_CHEB_V, B_CHEB_W, B_SCHEB_T, B_SCHEB_U, B_SCHEB_V,
+    B_SCHEB_W, B_HERMITE_H, B_HERMITE_HE, B_LAGUERRE_L, B_LEGENDRE_P, B_PRELU,
     # backward ops: (grad, x-or-result)
     B_SIGMOID_BWD, B_TANH_BWD, B_SILU_BWD, B_GELU_BWD, B_GELU_TANH_BWD, B_LEAKY_RELU_BWD, B_ELU_BWD,
-    B_HARDSWISH_BWD, B_HARDSIGMOID_BWD, B_SOFTPLUS_BWD, B_HARDTANH_BWD, B_MISH_BWD, B_LOGIT_BWD
+    B_HARDSWISH_BWD, B_HARDSIGMOID_BWD, B_SOFTPLUS_BWD, B_HARDTANH_BWD, B_MISH_BWD, B_LOGIT_BWD,
+    B_HARDSHRINK_BWD, B_SOFTSHRINK_BWD, B_LOG_SIGMOID_BWD, B_PRELU_GRAD_WEIGHT
 
 cdef enum:
-    T_LERP, T_ADDCMUL, T_ADDCDIV, T_CLAMP
+    T_LERP, T_ADDCMUL, T_ADDCDIV, T_CLAMP, T_PRELU_GRAD_INPUT
 
 UNARY_OPS = {n: i for i, n in enumerate((
     "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
     "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf",
     "erfc", "lgamma", "reciprocal", "silu", "gelu", "gelu_tanh", "mish", "softplus", "elu",
     "hardswish", "hardsigmoid", "sinc", "frac", "logit", "deg2rad", "rad2deg",
+    "digamma", "polygamma", "erfinv", "i0", "i0e", "i1", "i1e", "ndtri", "log_ndtr", "erfcx", "entr",
+    "airy_ai", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_k0",
+    "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0",
+    "hardshrink", "softshrink", "log_sigmoid", "angle", "frexp_mantissa", "frexp_exponent",
     "neg", "abs", "relu", "sign", "floor", "ceil", "round", "trunc", "leaky_relu", "clamp",
     "threshold", "nan_to_num", "identity", "square",
     "isnan", "isinf", "isfinite", "isposinf", "isneginf", "signbit", "logical_not",
@@ -69,24 +84,32 @@ BINARY_OPS = {n: i for i, n in enumerate((
     "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
     "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor", "lshift", "rshift", "xlogy", "xlog1py",
     "logaddexp", "logaddexp2", "nextafter", "heaviside",
+    "igamma", "igammac", "zeta", "chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+    "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+    "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+    "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p", "prelu",
     "sigmoid_backward", "tanh_backward", "silu_backward", "gelu_backward", "gelu_tanh_backward",
     "leaky_relu_backward", "elu_backward", "hardswish_backward", "hardsigmoid_backward",
-    "softplus_backward", "hardtanh_backward", "mish_backward", "logit_backward"))}
-TERNARY_OPS = {n: i for i, n in enumerate(("lerp", "addcmul", "addcdiv", "clamp"))}
+    "softplus_backward", "hardtanh_backward", "mish_backward", "logit_backward",
+    "hardshrink_backward", "softshrink_backward", "log_sigmoid_backward", "prelu_grad_weight"))}
+TERNARY_OPS = {n: i for i, n in enumerate(("lerp", "addcmul", "addcdiv", "clamp", "prelu_grad_input"))}
 
 # Ops that need a floating compute dtype (the caller promotes integers first).
-_FLOAT_ONLY_UNARY = frozenset(range(U_EXP, U_RAD2DEG + 1))
+_FLOAT_ONLY_UNARY = frozenset(range(U_EXP, U_FREXP_EXPONENT + 1))
 _INTEGRAL_UNARY = frozenset({U_BITWISE_NOT})
 _FLOAT_ONLY_BINARY = frozenset({B_ATAN2, B_HYPOT, B_COPYSIGN, B_XLOGY, B_XLOG1PY, B_LOGADDEXP,
                                 B_LOGADDEXP2, B_NEXTAFTER, B_SIGMOID_BWD, B_TANH_BWD, B_SILU_BWD,
                                 B_GELU_BWD, B_GELU_TANH_BWD, B_ELU_BWD, B_HARDSWISH_BWD, B_HARDSIGMOID_BWD,
-                                B_SOFTPLUS_BWD, B_MISH_BWD, B_LOGIT_BWD, B_LEAKY_RELU_BWD})
+                                B_SOFTPLUS_BWD, B_MISH_BWD, B_LOGIT_BWD, B_LEAKY_RELU_BWD,
+                                *range(B_IGAMMA, B_PRELU + 1), B_HARDSHRINK_BWD, B_SOFTSHRINK_BWD,
+                                B_LOG_SIGMOID_BWD, B_PRELU_GRAD_WEIGHT})
 _INTEGRAL_BINARY = frozenset({B_BITWISE_AND, B_BITWISE_OR, B_BITWISE_XOR, B_LSHIFT, B_RSHIFT})
-_FLOAT_ONLY_TERNARY = frozenset({T_LERP, T_ADDCDIV})
+_FLOAT_ONLY_TERNARY = frozenset({T_LERP, T_ADDCDIV, T_PRELU_GRAD_INPUT})
 
 cdef struct Params:
     double d[4]
     int64_t i[4]
+    int cdt          # the compute dtype (special functions evaluate in float below float64, as CPU)
 
 cdef double SQRT1_2 = 0.70710678118654752440
 cdef double SQRT_2_OVER_PI = 0.79788456080286535588
@@ -186,6 +209,52 @@ cdef inline double _f_unary(int op, double x, Params* p) noexcept nogil:
     if op == U_ISNEGINF: return x == -INFINITY
     if op == U_SIGNBIT: return signbit(x) != 0
     if op == U_LOGICAL_NOT: return x == 0
+    return _f_special_unary(op, x, p, p.cdt != DT_FLOAT64)
+
+
+cdef double _f_special_unary(int op, double x, Params* p, bint single) noexcept nogil:
+    """The special functions and the remaining activations (_special_math.pxi)."""
+    cdef double t
+    cdef int e
+    if op == U_DIGAMMA: return _polygamma(0, x, single)
+    if op == U_POLYGAMMA: return _polygamma(p.i[0], x, single)
+    if op == U_ERFINV: return _erfinv(x)
+    if op == U_I0: return _i0(x)
+    if op == U_I0E: return _i0e(x)
+    if op == U_I1: return _i1(x)
+    if op == U_I1E: return _i1e(x)
+    if op == U_NDTRI: return _ndtri(x)
+    if op == U_LOG_NDTR: return _log_ndtr(x)
+    if op == U_ERFCX: return _erfcx(x, single)
+    if op == U_ENTR: return _entr(x)
+    if op == U_AIRY_AI: return _airy_ai(x)
+    if op == U_BESSEL_J0: return _bessel_j0(x)
+    if op == U_BESSEL_J1: return _bessel_j1(x)
+    if op == U_BESSEL_Y0: return _bessel_y0(x)
+    if op == U_BESSEL_Y1: return _bessel_y1(x)
+    if op == U_MODIFIED_BESSEL_K0: return _k0(x)
+    if op == U_MODIFIED_BESSEL_K1: return _k1(x)
+    if op == U_SCALED_MODIFIED_BESSEL_K0: return _k0e(x)
+    if op == U_SCALED_MODIFIED_BESSEL_K1: return _k1e(x)
+    if op == U_SPHERICAL_BESSEL_J0: return _spherical_j0(x)
+    if op == U_HARDSHRINK:      # lambd = d[0]; NaN passes through
+        return 0.0 if (x >= -p.d[0] and x <= p.d[0]) else x
+    if op == U_SOFTSHRINK:
+        if isnan(x): return x
+        if x > p.d[0]: return x - p.d[0]
+        if x < -p.d[0]: return x + p.d[0]
+        return x * 0.0
+    if op == U_LOG_SIGMOID:     # min(x, 0) - log1p(exp(-|x|))
+        return (x if x < 0 else 0.0) - log1p(exp(-fabs(x)))
+    if op == U_ANGLE:           # real inputs: pi for negative numbers, NaN propagates
+        if isnan(x): return x
+        return M_PI if x < 0 else 0.0
+    if op == U_FREXP_MANTISSA:
+        return _frexp(x, &e)
+    if op == U_FREXP_EXPONENT:
+        if isnan(x) or isinf(x): return 0.0
+        _frexp(x, &e)
+        return <double>e
     return NAN
 
 
@@ -256,7 +325,15 @@ cdef inline double _f_binary(int op, double a, double b, Params* p, int cdt) noe
     if op == B_NEXTAFTER:
         if cdt == DT_FLOAT32:
             return nextafterf(<float>a, <float>b)
+        if cdt == DT_FLOAT16 or cdt == DT_BFLOAT16:
+            return _nextafter_16(a, b, cdt == DT_FLOAT16)
         return nextafter(a, b)
+    if op == B_IGAMMA: return _igamma(a, b)
+    if op == B_IGAMMAC: return _igammac(a, b)
+    if op == B_ZETA: return _zeta(a, b)
+    if B_CHEB_T <= op <= B_LEGENDRE_P:
+        return _polynomial(op - B_CHEB_T, a, b, cdt != DT_FLOAT64)
+    if op == B_PRELU: return a if a > 0 else b * a
     if op == B_HEAVISIDE: return b if a == 0 else <double>(a > 0)
     # backward ops: a = grad, b = the forward input (or result, as named)
     if op == B_SIGMOID_BWD: return a * (1.0 - b) * b            # b = result
@@ -288,6 +365,15 @@ cdef inline double _f_binary(int op, double a, double b, Params* p, int cdt) noe
         s = 1.0 / (1.0 + exp(-b))
         t = tanh(log1p(exp(b)))
         return a * (t + b * s * (1.0 - t * t))
+    if op == B_HARDSHRINK_BWD:          # (grad, x; lambd)
+        return 0.0 if (b >= -p.d[0] and b <= p.d[0]) else a
+    if op == B_SOFTSHRINK_BWD:
+        return 0.0 if (b >= -p.d[0] and b <= p.d[0]) else a
+    if op == B_LOG_SIGMOID_BWD:         # (grad, x): grad * sigmoid(-x), from z = exp(-|x|)
+        t = exp(-fabs(b))
+        return a * (1.0 - t / (1.0 + t)) if b < 0 else a * (t / (1.0 + t))
+    if op == B_PRELU_GRAD_WEIGHT:       # (grad, x)
+        return 0.0 if b > 0 else b * a
     if op == B_LOGIT_BWD:     # params (eps, given): d[0] = eps, i[1] = 1 when given
         if p.i[1] and (b < p.d[0] or b > 1.0 - p.d[0]): return 0.0
         return a / (b * (1.0 - b))
@@ -308,7 +394,26 @@ cdef inline double _f_ternary(int op, double a, double b, double c, Params* p) n
             if isnan(c): return c
             if a > c: a = c
         return a
+    if op == T_PRELU_GRAD_INPUT:   # (grad, x, weight)
+        return a if b > 0 else c * a
     return NAN
+
+
+cdef double _nextafter_16(double a, double b, bint half) noexcept nogil:
+    """nextafter in float16 (half) or bfloat16 steps: a and b hold values of that dtype."""
+    cdef uint16_t bits
+    if isnan(a) or isnan(b):
+        return NAN
+    if a == b:
+        return b
+    if a == 0:                     # the smallest subnormal, towards b
+        return copysign(<double>(ek_f16_to_f32(1) if half else ek_bf16_to_f32(1)), b)
+    bits = ek_f16_from_f32(<float>a) if half else ek_bf16_from_f32(<float>a)
+    if (a < b) == (a > 0):         # away from zero: the magnitude grows
+        bits += 1
+    else:
+        bits -= 1
+    return <double>(ek_f16_to_f32(bits) if half else ek_bf16_to_f32(bits))
 
 
 # ----------------------------------------------------------------- integral scalar ops
@@ -490,18 +595,6 @@ cdef int64_t _VEC_MARGIN = 1 << 16
 cdef double _VEC_GELU_TAIL = 1.0 / 256
 
 
-cdef inline bint _rounds_like_scalar(double r) noexcept nogil:
-    """r (within _VEC_MARGIN double ulps of the scalar result) rounds to the same float32."""
-    cdef uint64_t u
-    cdef int64_t low
-    cdef double a = fabs(r)
-    if not (a >= 2.3509887016445750e-38 and a <= 1.7014118346046923e+38):   # [2**-125, 2**127]; NaN fails
-        return False
-    memcpy(&u, &r, 8)
-    low = <int64_t>(u & ((<uint64_t>1 << 29) - 1)) - (<int64_t>1 << 28)
-    return <uint64_t>(low + _VEC_MARGIN) > <uint64_t>(2 * _VEC_MARGIN)   # |low| > margin, no branch
-
-
 cdef bint _vector_unary(int op, double* x, Py_ssize_t m, Params* p) noexcept nogil:
     """x[:m] = _f_unary(op, x[:m]) as it rounds to float32 (m <= BLOCK); False: not handled."""
     cdef double a[BLOCK]
@@ -511,47 +604,41 @@ cdef bint _vector_unary(int op, double* x, Py_ssize_t m, Params* p) noexcept nog
     cdef double r, t
     if op == U_GELU:
         fn = EK_VERF
-        for i in range(m):
-            a[i] = x[i] * SQRT1_2
+        ek_vec_prep(EK_PREP_SCALE, x, a, m, SQRT1_2)
     elif op == U_GELU_TANH:
         fn = EK_VTANH
-        for i in range(m):
-            t = x[i]
-            a[i] = SQRT_2_OVER_PI * (t + 0.044715 * t * t * t)
-    elif op == U_TANH:
-        fn = EK_VTANH
-        for i in range(m):
-            a[i] = x[i]
-    elif op == U_EXP:
-        fn = EK_VEXP
-        for i in range(m):
-            a[i] = x[i]
+        ek_vec_prep(EK_PREP_GELU_TANH, x, a, m, SQRT_2_OVER_PI)
+    elif op == U_TANH or op == U_EXP:
+        fn = EK_VTANH if op == U_TANH else EK_VEXP
+        ek_vec_prep(EK_PREP_SCALE, x, a, m, 1.0)
     elif op == U_SIGMOID or op == U_SILU:
         fn = EK_VEXP
-        for i in range(m):
-            a[i] = -x[i]
+        ek_vec_prep(EK_PREP_SCALE, x, a, m, -1.0)
     else:
         return False
     for i in range(m, padded):
         a[i] = 0.0
     if not ek_vec_apply(fn, a, v, padded):
         return False
-    # The same expressions as _f_unary, with the vector result in place of the libm call (one
-    # loop per op: no dispatch inside).
+    # The same expressions as _f_unary, with the vector result in place of the libm call.
     if op == U_GELU or op == U_GELU_TANH:
-        for i in range(m):
-            a[i] = 0.5 * x[i] * (1.0 + v[i]) if 1.0 + v[i] >= _VEC_GELU_TAIL else NAN
+        ek_vec_post(EK_POST_GELU, x, v, a, m, _VEC_GELU_TAIL)
     elif op == U_SIGMOID:
-        for i in range(m):
-            a[i] = 1.0 / (1.0 + v[i])
+        ek_vec_post(EK_POST_SIGMOID, x, v, a, m, 0.0)
     elif op == U_SILU:
-        for i in range(m):
-            a[i] = x[i] / (1.0 + v[i])
+        ek_vec_post(EK_POST_SILU, x, v, a, m, 0.0)
+    else:
+        ek_vec_post(EK_POST_COPY, x, v, a, m, 0.0)
+    # Flags first (a branch-free loop the compiler vectorises), then the copy; the rare value
+    # near a rounding midpoint is recomputed by the scalar path.
+    cdef unsigned char keep[BLOCK]
+    cdef Py_ssize_t kept = 0
+    kept = ek_rounds_like_f32(a, keep, m, _VEC_MARGIN)
+    if kept == m:
+        memcpy(x, a, m * sizeof(double))
     else:
         for i in range(m):
-            a[i] = v[i]
-    for i in range(m):
-        x[i] = a[i] if _rounds_like_scalar(a[i]) else _f_unary(op, x[i], p)
+            x[i] = a[i] if keep[i] else _f_unary(op, x[i], p)
     return True
 
 
@@ -717,6 +804,7 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
         strides.append(operands[k][2])
         sizes.append(itemsize_of(dts[k]))
     _load_params(&p, params, not is_floating(cdt))
+    p.cdt = cdt
     iter_init(&it, shape, strides, sizes, kind)
     if it.size == 0:
         return

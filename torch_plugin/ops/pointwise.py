@@ -25,7 +25,8 @@ import torch
 from torch_plugin._dtypes import SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
-                                      current_stream, device_ref, empty_like_layout, prepare_out, rt)
+                                      current_stream, device_ref, empty_like_layout, prepare_out, resize_out,
+                                      rt)
 
 _REDUCED = (torch.float16, torch.bfloat16)
 _INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
@@ -115,6 +116,26 @@ def _logit_params(extra, kwargs, dtype):
 
 def _value_param(extra, kwargs, dtype):
     return (_number(kwargs.get("value", extra[0] if extra else 1)),)
+
+
+def _polygamma_order(n):
+    n = _number(n)
+    if n < 0:
+        raise RuntimeError("polygamma(n, x) does not support negative n.")
+    return (int(n),)
+
+
+def _in_dtype(value, dtype):
+    """A scalar parameter as CPU's kernel sees it: converted to the op's dtype first."""
+    value = float(_number(value))
+    return torch.tensor(value, dtype=dtype).item() if dtype.is_floating_point else value
+
+
+def _softshrink_lambd(value, dtype):
+    if float(_number(value)) < 0:
+        raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {float(_number(value))}.")
+    # CPU's softshrink keeps lambd in float32 for float16/bfloat16 (its opmath), unlike hardshrink
+    return _in_dtype(value, torch.float32 if dtype in _REDUCED else dtype)
 
 
 # The rows. Overloads that this torch does not define are skipped (registrations() checks).
@@ -211,7 +232,7 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("special_xlog1py", "xlog1py", 2, ("special_xlog1py", "special_xlog1py.out"), "int_to_float", "float"),
     Pointwise("logaddexp", "logaddexp", 2, ("logaddexp", "logaddexp.out"), "default", "float"),
     Pointwise("logaddexp2", "logaddexp2", 2, ("logaddexp2", "logaddexp2.out"), "default", "float"),
-    Pointwise("nextafter", "nextafter", 2, ("nextafter", "nextafter_", "nextafter.out"), "default", "float32_64"),
+    Pointwise("nextafter", "nextafter", 2, ("nextafter", "nextafter_", "nextafter.out"), "default", "float"),
     Pointwise("heaviside", "heaviside", 2, ("heaviside", "heaviside_", "heaviside.out"), "default", "all"),
     # div with rounding_mode="trunc" | "floor" (rounding_mode=None is true division: ops/elementwise.py)
     Pointwise("div", "div_trunc", 2, ("div.Tensor_mode", "div_.Tensor_mode", "div.out_mode", "div.Scalar_mode",
@@ -228,6 +249,44 @@ TABLE: tuple[Pointwise, ...] = (
     # elu_backward(grad_output, alpha, scale, input_scale, is_result, self_or_result)
     _bwd("elu_backward", inputs=(0, 5),
          params=lambda e, k, d: (float(_number(e[0])), float(_number(e[1])), float(_number(e[2])), int(bool(e[3])))),
+    # special functions (emulator/kernels/_special_math.pxi): CPU's algorithms, in double
+    *(_uni(n) for n in ("digamma", "erfinv", "i0")),
+    *(Pointwise(f"special_{n}", n, 1, (f"special_{n}", f"special_{n}.out"), "int_to_float", "float")
+      for n in ("i0e", "i1", "i1e", "entr")),
+    *(Pointwise(f"special_{n}", c, 1, (f"special_{n}", f"special_{n}.out"), "int_to_float", "float32_64")
+      for n, c in (("ndtri", "ndtri"), ("log_ndtr", "log_ndtr"), ("erfcx", "erfcx"), ("airy_ai", "airy_ai"),
+                   ("bessel_j0", "bessel_j0"), ("bessel_j1", "bessel_j1"), ("bessel_y0", "bessel_y0"),
+                   ("bessel_y1", "bessel_y1"), ("modified_bessel_i0", "i0"), ("modified_bessel_i1", "i1"),
+                   ("modified_bessel_k0", "modified_bessel_k0"), ("modified_bessel_k1", "modified_bessel_k1"),
+                   ("scaled_modified_bessel_k0", "scaled_modified_bessel_k0"),
+                   ("scaled_modified_bessel_k1", "scaled_modified_bessel_k1"),
+                   ("spherical_bessel_j0", "spherical_bessel_j0"))),
+    # polygamma(int n, Tensor self) and polygamma_(self, int n)
+    Pointwise("polygamma", "polygamma", 1, ("polygamma", "polygamma.out"), "int_to_float", "float",
+              lambda e, k, d: _polygamma_order(e[0]), inputs=(1,)),
+    Pointwise("polygamma", "polygamma", 1, ("polygamma_",), "int_to_float", "float",
+              lambda e, k, d: _polygamma_order(e[0])),
+    *(Pointwise(n, n, 2, (n, f"{n}_", f"{n}.out"), "default", "float") for n in ("igamma", "igammac")),
+    Pointwise("special_zeta", "zeta", 2, ("special_zeta", "special_zeta.out", "special_zeta.self_scalar",
+                                          "special_zeta.self_scalar_out", "special_zeta.other_scalar",
+                                          "special_zeta.other_scalar_out"), "int_to_float", "float32_64"),
+    *(Pointwise(f"special_{n}", n, 2, (f"special_{n}", f"special_{n}.out", f"special_{n}.x_scalar",
+                                       f"special_{n}.x_scalar_out", f"special_{n}.n_scalar",
+                                       f"special_{n}.n_scalar_out"), "int_to_float", "float32_64")
+      for n in ("chebyshev_polynomial_t", "chebyshev_polynomial_u", "chebyshev_polynomial_v",
+                "chebyshev_polynomial_w", "shifted_chebyshev_polynomial_t", "shifted_chebyshev_polynomial_u",
+                "shifted_chebyshev_polynomial_v", "shifted_chebyshev_polynomial_w", "hermite_polynomial_h",
+                "hermite_polynomial_he", "laguerre_polynomial_l", "legendre_polynomial_p")),
+    # the remaining activations
+    Pointwise("hardshrink", "hardshrink", 1, ("hardshrink", "hardshrink.out"), "same_as_first", "float",
+              lambda e, k, d: (_in_dtype(_get(e, k, 0, "lambd", 0.5), d),)),
+    Pointwise("softshrink", "softshrink", 1, ("softshrink", "softshrink.out"), "same_as_first", "float",
+              lambda e, k, d: (_softshrink_lambd(_get(e, k, 0, "lambd", 0.5), d),)),
+    _bwd("hardshrink_backward", params=lambda e, k, d: (_in_dtype(e[0], d),)),
+    _bwd("softshrink_backward", params=lambda e, k, d: (_in_dtype(e[0], d),)),
+    _bwd("log_sigmoid_backward", inputs=(0, 1)),   # the CPU buffer argument is not needed
+    Pointwise("angle", "angle", 1, ("angle", "angle.out"), "int_to_float", "float"),
+    Pointwise("_prelu_kernel", "prelu", 2, ("_prelu_kernel",), "default", "float"),
     # ternary
     Pointwise("lerp", "lerp", 3, ("lerp.Tensor", "lerp_.Tensor", "lerp.Tensor_out", "lerp.Scalar", "lerp_.Scalar",
                                   "lerp.Scalar_out"), "lerp", "float"),
@@ -448,6 +507,7 @@ def registrations() -> dict:
             if op is None:
                 continue
             kernels[overload] = _make_kernel(row, overload, _out_argument(op._schema))
+    kernels.update(_EXTRA)
     return kernels
 
 
@@ -455,3 +515,184 @@ def table_overloads_missing() -> list[str]:
     """Overloads the table names that this torch does not define (tests keep it short)."""
     return [o for row in TABLE for o in row.overloads if _overload_packet(o) is None]
 
+
+
+# -- ops beyond one row: several outputs, composites of device ops ------------------------------
+def _row(name: str) -> Pointwise:
+    return next(r for r in TABLE if r.name == name)
+
+
+_LOG_SIGMOID = Pointwise("log_sigmoid_forward", "log_sigmoid", 1, (), "same_as_first", "float")
+_FREXP_MANTISSA = Pointwise("frexp", "frexp_mantissa", 1, (), "same_as_first", "float")
+_PRELU_GRAD_INPUT = Pointwise("_prelu_kernel_backward", "prelu_grad_input", 3, (), "default", "float")
+_PRELU_GRAD_WEIGHT = Pointwise("_prelu_kernel_backward", "prelu_grad_weight", 2, (), "default", "float")
+
+
+def log_sigmoid_forward(self):
+    """(output, buffer): the buffer is empty, as CUDA's (log_sigmoid_backward does not read it)."""
+    out = _launch(_LOG_SIGMOID, "aten::log_sigmoid_forward", [self], (), {}, None, False)
+    return out, torch.empty((0,), dtype=self.dtype, device=self.device)
+
+
+def log_sigmoid_forward_output(self, *, output, buffer):
+    _launch(_LOG_SIGMOID, "aten::log_sigmoid_forward.output", [self], (), {}, output, False)
+    return output, buffer
+
+
+def frexp_out(self, *, mantissa, exponent):
+    name = "aten::frexp.Tensor_out"
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"torch.frexp() only supports floating-point dtypes, but got {self.dtype}")
+    if mantissa.dtype != self.dtype:
+        raise RuntimeError(f"torch.frexp() expects mantissa to have dtype {self.dtype} but got {mantissa.dtype}")
+    if exponent.dtype != torch.int32:
+        raise RuntimeError(f"torch.frexp() expects exponent to have int dtype but got {exponent.dtype}")
+    device = common_device(name, self, mantissa, exponent)
+    prepare_out(name, exponent, tuple(self.shape), torch.int32, self)
+    check_overlap(name, exponent, self, mantissa)
+    _launch(_FREXP_MANTISSA, name, [self], (), {}, mantissa, False)
+    if exponent.numel():
+        rt().launch("unary_op", ("frexp_exponent", device_ref(exponent), device_ref(self), TO_CODE[self.dtype],
+                                 TO_CODE[self.dtype]), current_stream(device))
+    return mantissa, exponent
+
+
+def frexp(self):
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f"torch.frexp() only supports floating-point dtypes, but got {self.dtype}")
+    mantissa = torch.empty_like(self)
+    exponent = torch.empty(self.shape, dtype=torch.int32, device=self.device)
+    return frexp_out(self, mantissa=mantissa, exponent=exponent)
+
+
+def _glu_halves(self, dim):
+    if self.dim() == 0:
+        raise RuntimeError("glu does not support scalars because halving size must be even")
+    dim = dim % self.dim()
+    size = self.shape[dim]
+    if size % 2:
+        raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size {size}")
+    return self.narrow(dim, 0, size // 2), self.narrow(dim, size // 2, size // 2), dim
+
+
+def glu(self, dim=-1):
+    # A composite of device ops: a * sigmoid(b) for the two halves along dim.
+    a, b = _glu_halves(self, dim)[:2]
+    return torch.mul(a, torch.sigmoid(b))
+
+
+def glu_out(self, dim=-1, *, out):
+    a, b = _glu_halves(self, dim)[:2]
+    return torch.mul(a, torch.sigmoid(b), out=out)
+
+
+def glu_backward(grad_output, self, dim):
+    a, b, dim = _glu_halves(self, dim)
+    gate = torch.sigmoid(b)
+    grad_a = grad_output * gate
+    grad_b = grad_a * a * (1 - gate)
+    return torch.cat([grad_a, grad_b], dim)
+
+
+def glu_backward_grad_input(grad_output, self, dim, *, grad_input):
+    result = glu_backward(grad_output, self, dim)
+    resize_out(grad_input, result.shape)
+    return grad_input.copy_(result)
+
+
+def prelu_kernel_backward(grad_output, self, weight):
+    """(grad_self, grad_weight), both of the broadcast shape (autograd sums grad_weight to weight's)."""
+    name = "aten::_prelu_kernel_backward"
+    grad_self = _launch(_PRELU_GRAD_INPUT, name, [grad_output, self, weight], (), {}, None, False)
+    grad_weight = _launch(_PRELU_GRAD_WEIGHT, name, [grad_output, self], (), {}, None, False)
+    if tuple(grad_weight.shape) != tuple(grad_self.shape):
+        grad_weight = grad_weight.expand(grad_self.shape).contiguous()
+    return grad_self, grad_weight
+
+
+def _rrelu_check(lower, upper):
+    lower, upper = float(_number(lower)), float(_number(upper))
+    if lower > upper:
+        raise RuntimeError(f"Lower bound should be less than or equal to the upper bound")
+    return lower, upper
+
+
+def rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None, *, out):
+    """training: a slope drawn uniformly from [lower, upper] (the device generator) for each negative
+    element, recorded in noise (1 elsewhere); otherwise leaky_relu with slope (lower + upper) / 2."""
+    lower, upper = _rrelu_check(lower, upper)
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f'"rrelu_with_noise" not implemented for \'{_cpu_name(self.dtype)}\'')
+    if not training:
+        return torch.nn.functional.leaky_relu(self, (lower + upper) / 2) if out is None else \
+            torch.ops.aten.leaky_relu.out(self, (lower + upper) / 2, out=out)
+    if tuple(noise.shape) != tuple(self.shape):
+        raise RuntimeError(f"rrelu_with_noise: noise of shape {list(noise.shape)} does not match the input's "
+                           f"{list(self.shape)}")
+    slopes = torch.empty_like(self).uniform_(lower, upper, generator=generator)
+    negative = self <= 0
+    noise.copy_(torch.where(negative, slopes, torch.ones_like(slopes)))
+    result = torch.where(negative, self * slopes, self)
+    if out is None:
+        return result
+    resize_out(out, result.shape)
+    return out.copy_(result)
+
+
+def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    return rrelu_with_noise_out(self, noise, lower, upper, training, generator, out=None)
+
+
+def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
+    return rrelu_with_noise_out(self, noise, lower, upper, training, generator, out=self)
+
+
+def _renorm_factor(self, p, dim, maxnorm):
+    p, maxnorm = float(_number(p)), float(_number(maxnorm))
+    if self.dim() <= 1:
+        raise RuntimeError(f"renorm: input needs at least 2 dimensions, got {self.dim()} dimensions")
+    if not p > 0:
+        raise RuntimeError(f"renorm: non-positive-norm not supported")
+    if not maxnorm >= 0:
+        raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
+    if not self.dtype.is_floating_point:
+        raise RuntimeError(f'"renorm_out" not implemented for \'{_cpu_name(self.dtype)}\'')
+    dim = dim % self.dim()
+    # A composite of device ops, as CPU's renorm: the norm of each slice along dim, then a scale of
+    # maxnorm / (norm + 1e-7) where the norm exceeds maxnorm.
+    reduce = [d for d in range(self.dim()) if d != dim]
+    acc = torch.float32 if self.dtype in _REDUCED else self.dtype
+    norm = torch.linalg.vector_norm(self, p, reduce, keepdim=True, dtype=acc)
+    factor = torch.where(norm > maxnorm, maxnorm / (norm + 1e-7), torch.ones_like(norm))
+    return factor.to(self.dtype) if self.dtype in _REDUCED else factor
+
+
+def renorm(self, p, dim, maxnorm):
+    return torch.mul(self, _renorm_factor(self, p, dim, maxnorm))
+
+
+def renorm_out(self, p, dim, maxnorm, *, out):
+    return torch.mul(self, _renorm_factor(self, p, dim, maxnorm), out=out)
+
+
+def renorm_(self, p, dim, maxnorm):
+    return self.mul_(_renorm_factor(self, p, dim, maxnorm))
+
+
+_EXTRA = {
+    "log_sigmoid_forward": log_sigmoid_forward,
+    "log_sigmoid_forward.output": log_sigmoid_forward_output,
+    "frexp.Tensor": frexp,
+    "frexp.Tensor_out": frexp_out,
+    "glu": glu,
+    "glu.out": glu_out,
+    "glu_backward": glu_backward,
+    "glu_backward.grad_input": glu_backward_grad_input,
+    "_prelu_kernel_backward": prelu_kernel_backward,
+    "rrelu_with_noise": rrelu_with_noise,
+    "rrelu_with_noise.out": rrelu_with_noise_out,
+    "rrelu_with_noise_": rrelu_with_noise_,
+    "renorm": renorm,
+    "renorm.out": renorm_out,
+    "renorm_": renorm_,
+}
