@@ -229,8 +229,8 @@ FAILING_CALLS = {
     # the fallback forbidden it is refused with the kernel's reason (op, dtype, what is supported)
     "complex_result": (HostFallbackError, "aten::add.*complex64 is not supported on emu",
                        lambda a, b: _forbidden(lambda: a + 1j)),
-    "complex_tensor": (HostFallbackError, "aten::mul.*complex64 is not supported on emu",
-                       lambda a, b: _forbidden(lambda: a * torch.empty(3, 4, dtype=torch.complex64, device="emu"))),
+    "complex_tensor": (HostFallbackError, "aten::div.*complex64 is not supported on emu",
+                       lambda a, b: _forbidden(lambda: a / torch.empty(3, 4, dtype=torch.complex64, device="emu"))),
     "complex_mm": (HostFallbackError, "aten::mm: dtype torch.complex64 is not supported",
                    lambda a, b: _forbidden(lambda: torch.empty(2, 2, dtype=torch.complex64, device="emu") @
                                            torch.empty(2, 2, dtype=torch.complex64, device="emu"))),
