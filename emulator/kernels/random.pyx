@@ -15,11 +15,16 @@ for ranges above 2**32; bernoulli: 1).  Every kernel returns how many words
 it consumed, rounded up to a multiple of 4 (whole Philox blocks), so the
 caller can advance its generator offset like PyTorch's philox offset.
 
-Left out: bit-compatibility with PyTorch's CPU (mt19937) or CUDA streams, and
-other distributions (exponential, geometric, ...).
+Also: exponential, cauchy, log-normal and geometric draws (CPU's transformations
+of a uniform/normal draw, computed in double and rounded once to the output
+dtype); multinomial sampling with replacement (inverse CDF by binary search);
+and logspace, the one non-random sequence kernel here (see its docstring).
+
+Left out: bit-compatibility with PyTorch's CPU (mt19937) or CUDA streams.
 """
 
-from libc.math cimport sqrt, log, cos, nextafter, nextafterf, INFINITY, M_PI
+from libc.math cimport sqrt, log, log1p, cos, tan, exp, ceil, pow, nextafter, nextafterf, INFINITY, M_PI
+from libc.stdlib cimport malloc, free
 
 include "_common.pxi"
 
@@ -30,7 +35,7 @@ cdef enum:
     PHILOX_W1 = 0xBB67AE85
 
 cdef enum:
-    K_UNIFORM, K_NORMAL, K_RANDINT, K_BERNOULLI
+    K_UNIFORM, K_NORMAL, K_RANDINT, K_BERNOULLI, K_EXPONENTIAL, K_CAUCHY, K_LOG_NORMAL, K_GEOMETRIC
 
 
 cdef void philox4x32_10(uint32_t* ctr, uint32_t k0, uint32_t k1, uint32_t* out) noexcept nogil:
@@ -130,6 +135,32 @@ cdef void _generate(Params* P, Stream* s, uint64_t j, Py_ssize_t m, double* d, i
                 # and PyTorch's CPU/CUDA randint use the same reduction.
                 x = x % P.range_
             q[t] = <int64_t>(P.low + x)
+            j += P.words
+    elif P.kind == K_EXPONENTIAL or P.kind == K_CAUCHY or P.kind == K_GEOMETRIC:
+        for t in range(m):
+            if P.words == 1:
+                u = (stream_word(s, j) >> 8) * (1.0 / 16777216.0)             # [0, 1), 24 bits
+            else:
+                u = (stream_u64(s, j) >> 11) * (1.0 / 9007199254740992.0)     # [0, 1), 53 bits
+            if P.kind == K_EXPONENTIAL:
+                d[t] = -1.0 / P.a * log1p(-u)                    # CPU's transformation::exponential
+            elif P.kind == K_CAUCHY:
+                d[t] = P.a + P.b * tan(M_PI * (u - 0.5))        # transformation::cauchy
+            else:
+                # transformation::geometric, ceil(log(u) / log1p(-p)), with u moved off 0
+                # (half a step up: u in (0, 1)) so that no draw is inf or 0.
+                u += (0.5 / 16777216.0) if P.words == 1 else (0.5 / 9007199254740992.0)
+                d[t] = ceil(log(u) / log1p(-P.a))
+            j += P.words
+    elif P.kind == K_LOG_NORMAL:
+        for t in range(m):
+            if P.words == 2:
+                u = (stream_word(s, j) + 1.0) * (1.0 / 4294967296.0)
+                u2 = stream_word(s, j + 1) * (1.0 / 4294967296.0)
+            else:
+                u = ((stream_u64(s, j) >> 11) + 1.0) * (1.0 / 9007199254740992.0)
+                u2 = (stream_u64(s, j + 2) >> 11) * (1.0 / 9007199254740992.0)
+            d[t] = exp(P.a + P.b * (sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * u2)))
             j += P.words
     else:  # K_BERNOULLI
         for t in range(m):
@@ -297,6 +328,197 @@ def bernoulli(out_addr, out_dtype, out_strides, shape, seed, offset,
         if not (0.0 <= P.a <= 1.0):
             raise KernelArgumentError(f"bernoulli: p must be in [0, 1], got {p_scalar!r}")
     return _launch(&P, out_addr, out_strides, shape, seed, offset, "bernoulli", p_addr, p_strides)
+
+
+cdef int _floating_out(Params* P, object out_dtype, str what) except -1:
+    P.odt = check_dtype(out_dtype, what + " out_dtype")
+    if not is_floating(P.odt):
+        raise KernelArgumentError(f"{what}: out_dtype must be a floating dtype")
+    P.words = 2 if P.odt == DT_FLOAT64 else 1
+    P.pdt = -1
+    return 0
+
+
+def exponential(out_addr, out_dtype, out_strides, shape, seed, offset, lambd):
+    """Fill a floating tensor with Exp(lambd) draws, -log1p(-u) / lambd; returns words consumed."""
+    cdef Params P
+    _floating_out(&P, out_dtype, "exponential")
+    lambd = float(lambd)
+    if not (_finite(lambd) and lambd > 0):
+        raise KernelArgumentError(f"exponential: need a finite lambda > 0, got {lambd}")
+    P.kind = K_EXPONENTIAL
+    P.a = lambd
+    return _launch(&P, out_addr, out_strides, shape, seed, offset, "exponential")
+
+
+def cauchy(out_addr, out_dtype, out_strides, shape, seed, offset, median, sigma):
+    """Fill a floating tensor with Cauchy(median, sigma) draws; returns words consumed."""
+    cdef Params P
+    _floating_out(&P, out_dtype, "cauchy")
+    median, sigma = float(median), float(sigma)
+    if not (_finite(median) and _finite(sigma) and sigma > 0):
+        raise KernelArgumentError(f"cauchy: need a finite median and finite sigma > 0, got {median}, {sigma}")
+    P.kind = K_CAUCHY
+    P.a, P.b = median, sigma
+    return _launch(&P, out_addr, out_strides, shape, seed, offset, "cauchy")
+
+
+def log_normal(out_addr, out_dtype, out_strides, shape, seed, offset, mean, std):
+    """Fill a floating tensor with exp(N(mean, std**2)) draws; returns words consumed."""
+    cdef Params P
+    _floating_out(&P, out_dtype, "log_normal")
+    mean, std = float(mean), float(std)
+    if not (_finite(mean) and _finite(std) and std > 0):
+        raise KernelArgumentError(f"log_normal: need a finite mean and finite std > 0, got {mean}, {std}")
+    P.kind = K_LOG_NORMAL
+    P.words = 4 if P.odt == DT_FLOAT64 else 2
+    P.a, P.b = mean, std
+    return _launch(&P, out_addr, out_strides, shape, seed, offset, "log_normal")
+
+
+def geometric(out_addr, out_dtype, out_strides, shape, seed, offset, p):
+    """Fill a tensor (floating or integer, not bool) with Geometric(p) draws on {1, 2, ...};
+    returns words consumed."""
+    cdef Params P
+    P.odt = check_dtype(out_dtype, "geometric out_dtype")
+    if P.odt == DT_BOOL:
+        raise KernelArgumentError("geometric: out_dtype must not be bool")
+    p = float(p)
+    if not 0 < p < 1:
+        raise KernelArgumentError(f"geometric: need 0 < p < 1, got {p}")
+    P.kind = K_GEOMETRIC
+    P.words = 2 if P.odt == DT_FLOAT64 else 1
+    P.a = p
+    P.pdt = -1
+    return _launch(&P, out_addr, out_strides, shape, seed, offset, "geometric")
+
+
+cdef inline double ld_prob(const char* p, int dt) noexcept nogil:
+    cdef double v
+    load_block(p, 0, dt, 1, &v)
+    return v
+
+
+def multinomial(out_addr, out_strides, probs_addr, probs_dtype, probs_strides, rows, categories, samples,
+                seed, offset):
+    """Samples with replacement: out[r, k] (int64, rows x samples) = the category c of row r whose
+    normalised cumulative probability is the first >= u, u ~ U[0, 1) (53 bits, words
+    offset + 2*(r*samples + k) ...).  The cumulative sums are in double; the last is set to 1
+    (as CPU does).  Rows must have non-negative, finite entries with a positive sum (the host
+    checked this; a bad row is a KernelArgumentError before anything is written).
+    Returns words consumed."""
+    cdef int pdt = check_dtype(probs_dtype, "multinomial probs_dtype")
+    cdef Py_ssize_t R = rows, C = categories, S = samples, r, c, k, lo, hi, mid
+    cdef Py_ssize_t ps0, ps1, os0, os1
+    cdef double* cdf
+    cdef double total, v, u
+    cdef Stream s
+    cdef uint64_t seed64, j
+    cdef char* probs
+    cdef char* out
+    cdef int bad = 0
+    if not is_floating(pdt):
+        raise KernelArgumentError("multinomial: probabilities must have a floating dtype")
+    if R < 0 or C < 1 or S < 0 or len(probs_strides) != 2 or len(out_strides) != 2:
+        raise KernelArgumentError(f"multinomial: bad extents rows={rows} categories={categories} samples={samples}")
+    if offset < 0:
+        raise KernelArgumentError(f"multinomial: offset must be >= 0, got {offset!r}")
+    consumed = (R * S * 2 + 3) // 4 * 4
+    if R * S == 0:
+        return consumed
+    ps0, ps1 = <Py_ssize_t>probs_strides[0] * itemsize_of(pdt), <Py_ssize_t>probs_strides[1] * itemsize_of(pdt)
+    os0, os1 = <Py_ssize_t>out_strides[0] * 8, <Py_ssize_t>out_strides[1] * 8
+    probs = as_ptr(probs_addr, "multinomial probs_addr")
+    out = as_ptr(out_addr, "multinomial out_addr")
+    seed64 = <uint64_t>(int(seed) & 0xFFFFFFFFFFFFFFFF)
+    j = <uint64_t>(int(offset) & 0xFFFFFFFFFFFFFFFF)
+    s.k0 = <uint32_t>seed64
+    s.k1 = <uint32_t>(seed64 >> 32)
+    s.valid = False
+    s.block = 0
+    cdf = <double*>malloc(C * sizeof(double))
+    if cdf == NULL:
+        raise MemoryError("multinomial: cannot allocate the cumulative distribution")
+    try:
+        with nogil:
+            for r in range(R):                       # validate every row before writing
+                total = 0
+                for c in range(C):
+                    v = ld_prob(probs + r * ps0 + c * ps1, pdt)
+                    if not (v >= 0 and v < INFINITY):
+                        bad = 1
+                    total += v
+                if not total > 0:
+                    bad = 2
+                if bad:
+                    break
+            if not bad:
+                for r in range(R):
+                    total = 0
+                    for c in range(C):
+                        total += ld_prob(probs + r * ps0 + c * ps1, pdt)
+                        cdf[c] = total
+                    for c in range(C):
+                        cdf[c] /= total
+                    cdf[C - 1] = 1.0
+                    for k in range(S):
+                        u = (stream_u64(&s, j) >> 11) * (1.0 / 9007199254740992.0)
+                        j += 2
+                        lo, hi = 0, C - 1
+                        while hi > lo:
+                            mid = lo + (hi - lo) // 2
+                            if cdf[mid] <= u:
+                                lo = mid + 1
+                            else:
+                                hi = mid
+                        # (a zero-probability category never has cdf[c] > u > cdf[c - 1])
+                        ek_st_i64(out + r * os0 + k * os1, lo)
+    finally:
+        free(cdf)
+    if bad == 1:
+        raise KernelArgumentError("multinomial: invalid multinomial distribution (encountering probability "
+                                  "entry < 0, infinity or NaN)")
+    if bad == 2:
+        raise KernelArgumentError("multinomial: invalid multinomial distribution (sum of probabilities <= 0)")
+    return consumed
+
+
+# ---------------------------------------------------------------------------
+# logspace: a sequence kernel, kept beside the random ones because it belongs to the same
+# factory family of this block of work (sequence.pyx holds arange/linspace).
+
+def logspace(out_addr, out_dtype, out_stride, steps, start, end, step, base, single):
+    """out[i] = base ** (start + step * i) for i < steps // 2, else
+    base ** (end - step * (steps - i - 1)), in double, then cast to out's dtype (C cast for
+    integers): CPU's logspace formula.  The host passes start/end already cast to the output
+    dtype and ``step`` = (end - start) / (steps - 1) as CPU computes it; ``single`` (steps == 1):
+    out[0] = base ** start."""
+    cdef int dt = check_dtype(out_dtype, "logspace out_dtype")
+    cdef Py_ssize_t n = steps, i, k, m, half, so
+    cdef double a = start, b = end, h = step, bs = base
+    cdef bint one = single
+    cdef double buf[BLOCK]
+    cdef char* out
+    if n < 0:
+        raise KernelArgumentError(f"logspace: negative steps {steps}")
+    if n == 0:
+        return
+    out = as_ptr(out_addr, "logspace out_addr")
+    so = <Py_ssize_t>out_stride * itemsize_of(dt)
+    half = n // 2
+    with nogil:
+        k = 0
+        while k < n:
+            m = n - k if n - k < BLOCK else BLOCK
+            for i in range(m):
+                if one:
+                    buf[i] = pow(bs, a)
+                elif k + i < half:
+                    buf[i] = pow(bs, a + h * (k + i))
+                else:
+                    buf[i] = pow(bs, b - h * (n - (k + i) - 1))
+            store_block(buf, m, dt, out + k * so, so)
+            k += m
 
 
 def philox4x32(counter, key):

@@ -12,7 +12,7 @@ import torch
 
 from torch_plugin import _C
 from torch_plugin._dtypes import FLOATING
-from torch_plugin.ops._common import broadcast_strides, check_dtype, current_stream, device_ref, rt
+from torch_plugin.ops._common import broadcast_shape, broadcast_strides, check_dtype, current_stream, device_ref, rt
 
 
 def _reserve(t, generator, words_per_element: int):
@@ -133,3 +133,294 @@ def bernoulli_tensor(t, p, *, generator=None):
 def bernoulli(p, *, generator=None):
     out = torch.empty_like(p)
     return bernoulli_tensor(out, p, generator=generator)
+
+
+# ---------------------------------------------------------------------------------------------
+# Further distributions, normal with tensor parameters, multinomial, dropout, logspace.
+#
+# The draws are CPU's transformations of a device Philox stream (random.pyx): same seed, same
+# values on emu; not the CPU's mt19937 values. Two ops synchronise with the host, as CPU's
+# checks need the data: normal with a std tensor (CPU's "all elements of std >= 0.0") and
+# multinomial (its probability checks); each reads one small device result.
+
+def _check_floating(name: str, t, what: str) -> None:
+    check_dtype(f"aten::{name}", t)
+    if not t.dtype.is_floating_point:
+        raise RuntimeError(f"{what} distribution is a continuous probability distribution. dtype must be a "
+                           f"floating point but you specified {_C_NAMES.get(t.dtype, str(t.dtype))}")
+
+
+_C_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+            torch.bool: "Bool"}
+
+
+def exponential_(t, lambd=1.0, *, generator=None):
+    _check_floating("exponential_", t, "Exponential")
+    if not (lambd > 0 and math.isfinite(lambd)):
+        raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
+    if t.numel() == 0:
+        return t
+    seed, offset = _reserve(t, generator, 2 if t.dtype == torch.float64 else 1)
+    return _launch("exponential", t, (seed, offset, float(lambd)))
+
+
+def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
+    check_dtype("aten::cauchy_", t)
+    if not t.dtype.is_floating_point:
+        raise RuntimeError("Cauchy distribution is a continuous probability distribution. dtype must be a "
+                           f"floating point but you specified {_C_NAMES.get(t.dtype, str(t.dtype))}")
+    if not sigma > 0:
+        raise RuntimeError(f"cauchy_ expects sigma > 0.0, but found sigma={sigma:g}")
+    if t.numel() == 0:
+        return t
+    if not (math.isfinite(median) and math.isfinite(sigma)):
+        # CPU gives median + sigma * draw (inf/NaN values); the kernel takes finite parameters only.
+        cauchy_(t, 0.0, 1.0, generator=generator)
+        return t.mul_(sigma).add_(median)
+    seed, offset = _reserve(t, generator, 2 if t.dtype == torch.float64 else 1)
+    return _launch("cauchy", t, (seed, offset, float(median), float(sigma)))
+
+
+def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
+    _check_floating("log_normal_", t, "log_normal")
+    if not std > 0:
+        raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std:g}")
+    if t.numel() == 0:
+        return t
+    if not (math.isfinite(mean) and math.isfinite(std)):
+        normal_(t, mean, std, generator=generator)
+        return t.exp_()
+    seed, offset = _reserve(t, generator, 4 if t.dtype == torch.float64 else 2)
+    return _launch("log_normal", t, (seed, offset, float(mean), float(std)))
+
+
+def geometric_(t, p, *, generator=None):
+    check_dtype("aten::geometric_", t)
+    if t.dtype == torch.bool:
+        raise NotImplementedError("\"geometric_cpu\" not implemented for 'Bool' (on emu, as on CPU)")
+    if not 0 < p < 1:
+        raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={p:g}")
+    if t.numel() == 0:
+        return t
+    seed, offset = _reserve(t, generator, 2 if t.dtype == torch.float64 else 1)
+    return _launch("geometric", t, (seed, offset, float(p)))
+
+
+def _check_std_tensor(std) -> None:
+    """CPU's CHECK_NORMAL_TENSOR_STD: one device reduction and one host read (a synchronisation)."""
+    if std.is_complex():
+        raise RuntimeError("normal expects standard deviation to be non-complex")
+    if std.numel() and not bool(std.min().ge(0).item()):
+        raise RuntimeError("normal expects all elements of std >= 0.0")
+
+
+def _check_std_float(std) -> None:
+    if not std >= 0.0:
+        raise RuntimeError(f"normal expects std >= 0.0, but found std {std:g}")
+
+
+def _emu_operand(t, device):
+    return t if t.device.type == "emu" else t.to(torch.device("emu", device))
+
+
+def _normal_into(out, mean, std, generator):
+    """CPU's normal_out_impl: draw N(0, 1) (or N(0, std) for a float std), then scale and shift
+    with device ops, out.mul_(std).add_(mean)."""
+    from torch_plugin.ops._common import resize_out
+    device = out.device.index
+    mean_shape = mean.shape if isinstance(mean, torch.Tensor) else ()
+    std_shape = std.shape if isinstance(std, torch.Tensor) else ()
+    if isinstance(mean, torch.Tensor) and not isinstance(std, torch.Tensor):
+        # CPU infers the size from mean and an empty_like(output): the output's own shape counts
+        # (so a zero-element out of another shape is an error there too).
+        shape = broadcast_shape(tuple(mean_shape), tuple(out.shape))
+    else:
+        shape = broadcast_shape(tuple(mean_shape), tuple(std_shape))
+    resize_out(out, shape)
+    if isinstance(std, torch.Tensor):
+        normal_(out, 0.0, 1.0, generator=generator)
+        out.mul_(_emu_operand(std, device))
+    else:
+        normal_(out, 0.0, float(std), generator=generator)
+    if isinstance(mean, torch.Tensor):
+        out.add_(_emu_operand(mean, device))
+    else:
+        out.add_(mean)
+    return out
+
+
+def normal_tensor_tensor(mean, std, *, generator=None):
+    _check_std_tensor(std)
+    shape = broadcast_shape(tuple(mean.shape), tuple(std.shape))
+    device = mean.device.index if mean.device.type == "emu" else std.device.index
+    out = torch.empty(shape, dtype=mean.dtype, device=torch.device("emu", device))
+    return _normal_into(out, mean, std, generator)
+
+
+def normal_tensor_float(mean, std=1.0, *, generator=None):
+    _check_std_float(std)
+    out = torch.empty(mean.shape, dtype=mean.dtype, device=mean.device)
+    return _normal_into(out, mean, std, generator)
+
+
+def normal_float_tensor(mean, std, *, generator=None):
+    _check_std_tensor(std)
+    out = torch.empty(std.shape, dtype=std.dtype, device=std.device)
+    return _normal_into(out, mean, std, generator)
+
+
+def normal_tensor_tensor_out(mean, std, *, generator=None, out):
+    _check_std_tensor(std)
+    return _normal_into(out, mean, std, generator)
+
+
+def normal_tensor_float_out(mean, std=1.0, *, generator=None, out):
+    _check_std_float(std)
+    return _normal_into(out, mean, std, generator)
+
+
+def normal_float_tensor_out(mean, std, *, generator=None, out):
+    _check_std_tensor(std)
+    return _normal_into(out, mean, std, generator)
+
+
+def _check_multinomial(probs, n_sample, replacement) -> None:
+    """CPU's checks; the ones on the values cost one synchronisation (one small host read)."""
+    if not probs.dtype.is_floating_point:
+        raise RuntimeError(f"multinomial only supports floating-point dtypes for input, got: "
+                           f"{_C_NAMES.get(probs.dtype, str(probs.dtype))}")
+    check_dtype("aten::multinomial", probs, allowed=FLOATING)
+    if n_sample <= 0:
+        raise RuntimeError("cannot sample n_sample <= 0 samples")
+    if probs.dim() not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    categories = probs.shape[-1]
+    if not replacement and n_sample > categories:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    if categories > 2 ** 24:
+        raise RuntimeError("number of categories cannot exceed 2^24")
+    if probs.numel() == 0:
+        return
+    rows = probs if probs.dim() == 2 else probs.unsqueeze(0)
+    finite_nonneg = (rows >= 0).all() & ~rows.isinf().any()
+    nonneg = (rows >= 0).all()
+    zero_rows = (rows.sum(-1) == 0).any()
+    flags = torch.stack([finite_nonneg, nonneg, zero_rows]).tolist()  # the one synchronisation
+    if not replacement or n_sample == 1:
+        if not flags[0]:
+            raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+        if flags[2]:
+            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+    else:
+        if not flags[1]:
+            raise RuntimeError("invalid multinomial distribution (encountering probability entry < 0)")
+        if not flags[0]:
+            raise RuntimeError("invalid multinomial distribution (encountering probability entry = infinity "
+                               "or NaN)")
+        if flags[2]:
+            raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
+
+
+def _multinomial(probs, n_sample, replacement, generator, out=None):
+    from torch_plugin.ops._common import resize_out
+    _check_multinomial(probs, n_sample, replacement)
+    shape = (*probs.shape[:-1], n_sample)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.int64, device=probs.device)
+    else:
+        if out.dtype != torch.int64:
+            raise RuntimeError(f"multinomial: expected an int64 (Long) out tensor, got {out.dtype}")
+        resize_out(out, shape)
+    if out.numel() == 0:
+        return out
+    if not replacement or n_sample == 1:
+        # CPU's algorithm (the Gumbel-max trick): argmax / top-k of p / q with q ~ Exp(1).
+        q = torch.empty_like(probs)
+        exponential_(q, 1.0, generator=generator)
+        torch.div(probs, q, out=q)
+        if n_sample == 1:
+            torch.argmax(q, dim=-1, keepdim=True, out=out)
+        else:
+            values = torch.empty(shape, dtype=probs.dtype, device=probs.device)
+            torch.topk(q, n_sample, out=(values, out))
+        return out
+    rows = probs if probs.dim() == 2 else probs.unsqueeze(0)
+    result = out if out.dim() == 2 else out.unsqueeze(0)
+    gen = generator if generator is not None else _C._default_generator(probs.device.index)
+    seed, offset = _C._philox_reserve(gen, -(-result.numel() * 2 // 4) * 4)
+    rt().launch("multinomial", (device_ref(result), device_ref(rows), seed, offset),
+                current_stream(probs.device.index))
+    return out
+
+
+def multinomial(self, num_samples, replacement=False, *, generator=None):
+    return _multinomial(self, num_samples, replacement, generator)
+
+
+def multinomial_out(self, num_samples, replacement=False, *, generator=None, out):
+    return _multinomial(self, num_samples, replacement, generator, out)
+
+
+def native_dropout(input, p, train=None):
+    """CPU's native_dropout: mask ~ Bernoulli(1 - p) (bool), output = input * mask * 1/(1-p)
+    (scale 0 for p == 1); in eval mode output is a copy and the mask all true."""
+    if input.numel() == 0:
+        return input, torch.empty_like(input)
+    if train is None or train:
+        p1m = 1.0 - p
+        scale = 0.0 if p1m == 0 else 1.0 / p1m
+        mask = torch.empty(input.shape, dtype=torch.bool, device=input.device)
+        bernoulli_float(mask, p1m)
+        return input.mul(mask).mul_(scale), mask
+    return input.clone(), torch.ones_like(input, dtype=torch.bool)
+
+
+def native_dropout_backward(grad_output, mask, scale):
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"Mask should be Bool Scalar Type{_C_NAMES.get(mask.dtype, mask.dtype)}")
+    return grad_output.mul(mask).mul_(scale)
+
+
+def _as_dtype(value, dtype):
+    """A Python scalar converted as c10's Scalar.to<scalar_t>() (checked; floats round)."""
+    from torch_plugin.ops.factories import _python_value
+    value = _python_value(value, dtype)
+    if dtype.is_floating_point:
+        value = torch.tensor(float(value), dtype=torch.float64).to(dtype).item()  # a host scalar, not data
+    return value
+
+
+def _round_as(value: float, dtype) -> float:
+    return torch.tensor(value, dtype=torch.float64).to(dtype).item() if dtype != torch.float64 else value
+
+
+def logspace_out(start, end, steps, base=10.0, *, out):
+    """CPU's formula: base ** (start + step * i) for the first half, base ** (end - step * (steps - i - 1))
+    for the rest, with start/end converted to out's dtype and step = (end - start) / (steps - 1)
+    (the difference taken in out's dtype; integer outputs use a float32 base)."""
+    from torch_plugin.ops.factories import _check_sequence_dtype, _sequence_out
+    from torch_plugin.errors import unsupported_dtype
+    start, end = (s.item() if isinstance(s, torch.Tensor) else s for s in (start, end))
+    if steps < 0:
+        raise RuntimeError("number of steps must be non-negative")
+    if out.dtype.is_complex:
+        raise unsupported_dtype("aten::logspace", out.dtype, FLOATING)
+    _check_sequence_dtype("logspace", out)
+    _sequence_out(out, steps)
+    if steps == 0:
+        return out
+    dtype = out.dtype
+    if steps == 1:
+        # CPU fills pow(base, start) with start as a double (not converted to the dtype first).
+        args = (1, float(start), float(start), 0.0, float(base), True)
+    else:
+        lo, hi = _as_dtype(start, dtype), _as_dtype(end, dtype)
+        if dtype.is_floating_point:
+            step = _round_as(float(hi) - float(lo), dtype) / (steps - 1)
+            b = float(base)
+        else:
+            step = float(int(hi) - int(lo)) / (steps - 1)
+            b = _round_as(float(base), torch.float32)
+        args = (int(steps), float(lo), float(hi), step, b, False)
+    rt().launch("logspace", (device_ref(out), *args), current_stream(out.device.index))
+    return out
