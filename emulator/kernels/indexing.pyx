@@ -1071,3 +1071,462 @@ def embedding_dense_backward(gw_addr, dtype, gw_strides, grad_addr, grad_strides
             raise KernelArgumentError(f"index {bad} is out of bounds for dimension 0 with size {nw}")
     finally:
         free(counts)
+
+
+# ===========================================================================
+# Second block: take/put reuse index_gather/index_scatter; the kernels below serve
+# hash_tensor, isin, nonzero_static, repeat_interleave and unique / unique_consecutive.
+
+cdef inline int64_t hash_bits(const char* p, int dt) noexcept nogil:
+    """An element widened to its 64-bit float / integer type and read as 64 bits (hash_tensor)."""
+    cdef double dv
+    cdef int64_t iv
+    if is_floating(dt):
+        dv = ld_d(p, dt)
+        memcpy(&iv, &dv, 8)
+        return iv
+    return ld_i(p, dt)
+
+
+def hash_xor(out_addr, out_strides, src_addr, src_dtype, src_strides, shape):
+    """out[q] = xor over the elements p of src that map to q (out's strides over src's ``shape``
+    are 0 on the reduced dims) of hash_bits(src[p]); out is 64-bit (uint64 read as int64)."""
+    cdef int dt = check_dtype(src_dtype, "hash_xor src_dtype")
+    cdef NdIter it
+    cdef char* ptrs[2]
+    cdef char* p[2]
+    cdef Py_ssize_t n, i, so, ss
+    cdef int pass_
+    iter_init(&it, shape, [list(out_strides), list(src_strides)], [8, itemsize_of(dt)], "hash_xor")
+    if it.size == 0:
+        return
+    ptrs[0] = as_ptr(out_addr, "hash_xor out_addr")
+    ptrs[1] = as_ptr(src_addr, "hash_xor src_addr")
+    with nogil:
+        n = iter_row_len(&it)
+        so = iter_row_stride(&it, 0)
+        ss = iter_row_stride(&it, 1)
+        for pass_ in range(2):                    # 0: clear the outputs, 1: accumulate
+            p[0], p[1] = ptrs[0], ptrs[1]
+            while True:
+                for i in range(n):
+                    if pass_ == 0:
+                        ek_st_i64(p[0] + i * so, 0)
+                    else:
+                        ek_st_i64(p[0] + i * so, ek_ld_i64(p[0] + i * so) ^ hash_bits(p[1] + i * ss, dt))
+                if not iter_next_row(&it, p):
+                    break
+
+
+cdef inline bint same_d(double a, double b) noexcept nogil:
+    return a == b                                 # NaN never equals; -0.0 equals 0.0
+
+
+def isin(out_addr, out_strides, elem_addr, elem_dtype, elem_strides, shape, test_addr, test_dtype, test_strides,
+         test_shape, compute_dtype, invert):
+    """out[p] (bool) = (elem[p] is equal to some test element) xor invert, both cast to
+    ``compute_dtype`` first (torch.result_type of the two): the test elements are sorted once,
+    each element is a binary search."""
+    cdef int edt = check_dtype(elem_dtype, "isin elem_dtype")
+    cdef int tdt = check_dtype(test_dtype, "isin test_dtype")
+    cdef int cdt = check_dtype(compute_dtype, "isin compute_dtype")
+    cdef bint floating = is_floating(cdt), inv = invert, found
+    cdef NdIter it, tit
+    cdef char* ptrs[2]
+    cdef char* tp[1]
+    cdef Py_ssize_t m, k = 0, i, n, lo, hi, mid, so, se, ts
+    cdef int64_t* perm = NULL
+    cdef int64_t* tmp = NULL
+    cdef double* dk = NULL
+    cdef int64_t* ik = NULL
+    cdef double dv
+    cdef int64_t iv
+    iter_init(&it, shape, [list(out_strides), list(elem_strides)], [1, itemsize_of(edt)], "isin")
+    iter_init(&tit, test_shape, [list(test_strides)], [itemsize_of(tdt)], "isin test")
+    if it.size == 0:
+        return
+    m = tit.size
+    perm = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+    tmp = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+    dk = <double*>malloc((m + 1) * sizeof(double))
+    ik = <int64_t*>malloc((m + 1) * sizeof(int64_t))
+    try:
+        if perm == NULL or tmp == NULL or dk == NULL or ik == NULL:
+            raise MemoryError("isin: cannot allocate the sorted test elements")
+        ptrs[0] = as_ptr(out_addr, "isin out_addr")
+        ptrs[1] = as_ptr(elem_addr, "isin elem_addr")
+        if m:
+            tp[0] = as_ptr(test_addr, "isin test_addr")
+        with nogil:
+            if m:
+                ts = iter_row_stride(&tit, 0)
+                while True:                       # gather the test elements, cast to compute dtype
+                    for i in range(iter_row_len(&tit)):
+                        if floating:
+                            load_block(tp[0] + i * ts, 0, tdt, 1, &dv)
+                            round_block_to(&dv, 1, cdt)
+                            dk[k] = dv
+                        else:
+                            load_block(tp[0] + i * ts, 0, tdt, 1, &iv)
+                            round_block_to(&iv, 1, cdt)
+                            ik[k] = iv
+                        perm[k] = k
+                        k += 1
+                    if not iter_next_row(&tit, tp):
+                        break
+                merge_sort(perm, tmp, m, dk if floating else NULL, ik, False)
+            n = iter_row_len(&it)
+            so = iter_row_stride(&it, 0)
+            se = iter_row_stride(&it, 1)
+            while True:
+                for i in range(n):
+                    found = False
+                    if m:
+                        lo, hi = 0, m             # first sorted test value >= the element
+                        if floating:
+                            load_block(ptrs[1] + i * se, 0, edt, 1, &dv)
+                            round_block_to(&dv, 1, cdt)
+                            if not isnan(dv):
+                                while lo < hi:
+                                    mid = lo + (hi - lo) // 2
+                                    if dk[perm[mid]] < dv:
+                                        lo = mid + 1
+                                    else:
+                                        hi = mid
+                                found = lo < m and same_d(dk[perm[lo]], dv)
+                        else:
+                            load_block(ptrs[1] + i * se, 0, edt, 1, &iv)
+                            round_block_to(&iv, 1, cdt)
+                            while lo < hi:
+                                mid = lo + (hi - lo) // 2
+                                if ik[perm[mid]] < iv:
+                                    lo = mid + 1
+                                else:
+                                    hi = mid
+                            found = lo < m and ik[perm[lo]] == iv
+                    (ptrs[0] + i * so)[0] = 1 if found != inv else 0
+                if not iter_next_row(&it, ptrs):
+                    break
+    finally:
+        free(perm)
+        free(tmp)
+        free(dk)
+        free(ik)
+
+
+def nonzero_static(out_addr, out_strides, size, fill_value, src_addr, src_dtype, src_strides, shape):
+    """Rows of out (size x ndim, int64): the coordinates of the first ``size`` nonzero elements
+    of src in C order, then rows of ``fill_value``. No count is needed first (no host sync)."""
+    cdef int dt = check_dtype(src_dtype, "nonzero_static src_dtype")
+    cdef int nd = len(shape), d
+    cdef Py_ssize_t ext[MAX_RANK]
+    cdef Py_ssize_t st[MAX_RANK]
+    cdef Py_ssize_t idx[MAX_RANK]
+    cdef Py_ssize_t total = 1, e, r = 0, nrows = size, so0, so1
+    cdef int64_t fill = fill_value
+    cdef char* src = NULL
+    cdef char* out
+    cdef char* p
+    if nd > MAX_RANK or len(src_strides) != nd or len(out_strides) != 2 or nrows < 0:
+        raise KernelArgumentError(f"nonzero_static: bad shape {tuple(shape)!r} / strides / size {size!r}")
+    for d in range(nd):
+        ext[d] = shape[d]
+        st[d] = <Py_ssize_t>src_strides[d] * itemsize_of(dt)
+        idx[d] = 0
+        total *= ext[d]
+    if nrows == 0 or nd == 0:
+        return
+    so0, so1 = <Py_ssize_t>out_strides[0] * 8, <Py_ssize_t>out_strides[1] * 8
+    out = as_ptr(out_addr, "nonzero_static out_addr")
+    if total:
+        src = as_ptr(src_addr, "nonzero_static src_addr")
+    with nogil:
+        p = src
+        e = 0
+        while e < total and r < nrows:
+            if is_nonzero(p, dt):
+                for d in range(nd):
+                    ek_st_i64(out + r * so0 + d * so1, idx[d])
+                r += 1
+            d = nd - 1
+            while d >= 0:
+                idx[d] += 1
+                p += st[d]
+                if idx[d] < ext[d]:
+                    break
+                p -= st[d] * ext[d]
+                idx[d] = 0
+                d -= 1
+            e += 1
+        while r < nrows:
+            for d in range(nd):
+                ek_st_i64(out + r * so0 + d * so1, fill)
+            r += 1
+
+
+def repeat_interleave(out_addr, out_stride, out_len, rep_addr, rep_dtype, rep_stride, n):
+    """out = [0] * rep[0] + [1] * rep[1] + ... (int64 or int32 like rep); ``out_len`` must equal
+    sum(rep) and every rep[i] >= 0 (checked before anything is written)."""
+    cdef int dt = check_index_dtype(rep_dtype, "repeat_interleave rep_dtype")
+    cdef Py_ssize_t N = n, L = out_len, i, r, k = 0, so, sr
+    cdef int64_t total = 0, v, bad = 0
+    cdef char* rep
+    cdef char* out
+    if N < 0 or L < 0:
+        raise KernelArgumentError(f"repeat_interleave: bad extents {n!r}, {out_len!r}")
+    if N == 0:
+        if L:
+            raise KernelArgumentError("repeat_interleave: allocated size does not match required size")
+        return
+    rep = as_ptr(rep_addr, "repeat_interleave rep_addr")
+    sr = <Py_ssize_t>rep_stride * itemsize_of(dt)
+    so = <Py_ssize_t>out_stride * itemsize_of(dt)
+    with nogil:
+        for i in range(N):
+            v = ld_index(rep + i * sr, dt)
+            if v < 0:
+                bad = 1
+            total += v
+    if bad:
+        raise KernelArgumentError("repeat_interleave: repeats can not be negative")
+    if total != L:
+        raise KernelArgumentError("repeat_interleave: allocated size does not match required size")
+    if L == 0:
+        return
+    out = as_ptr(out_addr, "repeat_interleave out_addr")
+    with nogil:
+        for i in range(N):
+            v = ld_index(rep + i * sr, dt)
+            for r in range(v):
+                if dt == DT_INT64:
+                    ek_st_i64(out + k * so, i)
+                else:
+                    ek_st_i32(out + k * so, <int32_t>i)
+                k += 1
+
+
+cdef inline bint same_key(double* dk, int64_t* ik, int64_t a, int64_t b) noexcept nogil:
+    if dk != NULL:
+        return dk[a] == dk[b]                     # NaNs stay distinct, as CPU's unique
+    return ik[a] == ik[b]
+
+
+def unique(values_addr, inverse_addr, counts_addr, count_addr, src_addr, dtype, src_strides, shape, sort,
+           want_inverse, want_counts):
+    """Unique elements of src (C order over ``shape``): sorted (a stable sort; NaN last, each NaN
+    its own value) when ``sort``, else runs of consecutive equal elements. Writes the values into
+    values (contiguous, room for numel), the int64 inverse (contiguous over ``shape``) and counts
+    (room for numel) when asked, and their number into count (one int64) for the host to read."""
+    cdef int dt = check_dtype(dtype, "unique dtype")
+    cdef Py_ssize_t isz = itemsize_of(dt), n, i, k, u = 0, e, ss
+    cdef bint floating = is_floating(dt), sorting = sort, inv = want_inverse, cnt = want_counts
+    cdef NdIter it
+    cdef char* ptrs[1]
+    cdef char* values
+    cdef char* inverse = NULL
+    cdef char* counts = NULL
+    cdef char* src_elems
+    cdef int64_t* perm = NULL
+    cdef int64_t* tmp = NULL
+    cdef double* dk = NULL
+    cdef int64_t* ik = NULL
+    cdef int64_t run
+    iter_init(&it, shape, [list(src_strides)], [isz], "unique")
+    n = it.size
+    if n == 0:
+        ek_st_i64(as_ptr(count_addr, "unique count_addr"), 0)
+        return
+    values = as_ptr(values_addr, "unique values_addr")
+    if inv:
+        inverse = as_ptr(inverse_addr, "unique inverse_addr")
+    if cnt:
+        counts = as_ptr(counts_addr, "unique counts_addr")
+    ptrs[0] = as_ptr(src_addr, "unique src_addr")
+    perm = <int64_t*>malloc(n * sizeof(int64_t))
+    tmp = <int64_t*>malloc(n * sizeof(int64_t))
+    src_elems = <char*>malloc(n * isz)
+    if floating:
+        dk = <double*>malloc(n * sizeof(double))
+    else:
+        ik = <int64_t*>malloc(n * sizeof(int64_t))
+    try:
+        if perm == NULL or tmp == NULL or src_elems == NULL or (dk == NULL and ik == NULL):
+            raise MemoryError("unique: cannot allocate the sort buffers")
+        with nogil:
+            k = 0
+            ss = iter_row_stride(&it, 0)
+            while True:                           # gather src (C order) and its keys
+                for i in range(iter_row_len(&it)):
+                    copy_elem(src_elems + k * isz, ptrs[0] + i * ss, isz)
+                    if floating:
+                        dk[k] = ld_d(ptrs[0] + i * ss, dt)
+                    else:
+                        ik[k] = ld_i(ptrs[0] + i * ss, dt)
+                    perm[k] = k
+                    k += 1
+                if not iter_next_row(&it, ptrs):
+                    break
+            if sorting:
+                merge_sort(perm, tmp, n, dk, ik, False)
+            run = 0
+            for e in range(n):
+                if e > 0 and not same_key(dk, ik, perm[e], perm[e - 1]):
+                    if cnt:
+                        ek_st_i64(counts + (u - 1) * 8, run)
+                    run = 0
+                if e == 0 or run == 0:
+                    copy_elem(values + u * isz, src_elems + perm[e] * isz, isz)
+                    u += 1
+                run += 1
+                if inv:
+                    ek_st_i64(inverse + perm[e] * 8, u - 1)
+            if cnt:
+                ek_st_i64(counts + (u - 1) * 8, run)
+    finally:
+        free(perm)
+        free(tmp)
+        free(src_elems)
+        free(dk)
+        free(ik)
+    ek_st_i64(as_ptr(count_addr, "unique count_addr"), u)
+
+
+cdef inline int slice_cmp(double* dk, int64_t* ik, Py_ssize_t m, int64_t a, int64_t b) noexcept nogil:
+    """CPU's unique_dim order of slices a and b: lexicographic by < / > (a NaN pair is "equal"
+    for the order, as CPU's comparator sees it)."""
+    cdef Py_ssize_t i
+    for i in range(m):
+        if dk != NULL:
+            if dk[a * m + i] < dk[b * m + i]:
+                return -1
+            if dk[a * m + i] > dk[b * m + i]:
+                return 1
+        else:
+            if ik[a * m + i] < ik[b * m + i]:
+                return -1
+            if ik[a * m + i] > ik[b * m + i]:
+                return 1
+    return 0
+
+
+cdef inline bint slice_equal(double* dk, int64_t* ik, Py_ssize_t m, int64_t a, int64_t b) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(m):
+        if dk != NULL:
+            if not dk[a * m + i] == dk[b * m + i]:   # NaN: never equal (CPU's at::equal)
+                return False
+        elif ik[a * m + i] != ik[b * m + i]:
+            return False
+    return True
+
+
+cdef void slice_merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, Py_ssize_t m, double* dk,
+                           int64_t* ik) noexcept nogil:
+    """Stable bottom-up merge sort of the slice numbers perm[0:n] by slice_cmp."""
+    cdef Py_ssize_t width = 1, lo, mid, hi, a, b, o
+    cdef int64_t* src = perm
+    cdef int64_t* dst = tmp
+    cdef int64_t* sw
+    while width < n:
+        lo = 0
+        while lo < n:
+            mid = lo + width if lo + width < n else n
+            hi = lo + 2 * width if lo + 2 * width < n else n
+            a, b, o = lo, mid, lo
+            while a < mid and b < hi:
+                if slice_cmp(dk, ik, m, src[b], src[a]) < 0:
+                    dst[o] = src[b]
+                    b += 1
+                else:
+                    dst[o] = src[a]
+                    a += 1
+                o += 1
+            while a < mid:
+                dst[o] = src[a]
+                a += 1
+                o += 1
+            while b < hi:
+                dst[o] = src[b]
+                b += 1
+                o += 1
+            lo = hi
+        sw = src
+        src = dst
+        dst = sw
+        width *= 2
+    if src != perm:
+        memcpy(perm, src, n * sizeof(int64_t))
+
+
+def unique_dim(firsts_addr, inverse_addr, counts_addr, count_addr, src_addr, dtype, src_strides, shape, sort):
+    """Unique slices along dim 0 of src (the host moved the unique dim to the front): sorted
+    (stable, CPU's lexicographic order) when ``sort``, else runs of consecutive equal slices.
+    Writes for each unique slice the number of its first representative (firsts, int64, room
+    for n), the int64 inverse (n) and counts (room for n), and their number into count; the host
+    then gathers the output slices with index_select."""
+    cdef int dt = check_dtype(dtype, "unique_dim dtype")
+    cdef bint floating = is_floating(dt), sorting = sort
+    cdef NdIter it
+    cdef char* ptrs[1]
+    cdef Py_ssize_t n, m, total, i, k = 0, u = 0, e, ss
+    cdef int64_t* perm = NULL
+    cdef int64_t* tmp = NULL
+    cdef double* dk = NULL
+    cdef int64_t* ik = NULL
+    cdef char* firsts
+    cdef char* inverse
+    cdef char* counts
+    cdef int64_t run = 0
+    shape = tuple(shape)
+    if len(shape) < 1:
+        raise KernelArgumentError("unique_dim: need at least one dim")
+    iter_init(&it, shape, [list(src_strides)], [itemsize_of(dt)], "unique_dim")
+    n = shape[0]
+    total = it.size
+    if n == 0 or total == 0:
+        raise KernelArgumentError("unique_dim: empty slices are handled by the host")
+    m = total // n
+    firsts = as_ptr(firsts_addr, "unique_dim firsts_addr")
+    inverse = as_ptr(inverse_addr, "unique_dim inverse_addr")
+    counts = as_ptr(counts_addr, "unique_dim counts_addr")
+    ptrs[0] = as_ptr(src_addr, "unique_dim src_addr")
+    perm = <int64_t*>malloc(n * sizeof(int64_t))
+    tmp = <int64_t*>malloc(n * sizeof(int64_t))
+    if floating:
+        dk = <double*>malloc(total * sizeof(double))
+    else:
+        ik = <int64_t*>malloc(total * sizeof(int64_t))
+    try:
+        if perm == NULL or tmp == NULL or (dk == NULL and ik == NULL):
+            raise MemoryError("unique_dim: cannot allocate the sort buffers")
+        with nogil:
+            ss = iter_row_stride(&it, 0)
+            while True:                               # slice-major C order: element i of slice a at a*m + i
+                for i in range(iter_row_len(&it)):
+                    if floating:
+                        dk[k] = ld_d(ptrs[0] + i * ss, dt)
+                    else:
+                        ik[k] = ld_i(ptrs[0] + i * ss, dt)
+                    k += 1
+                if not iter_next_row(&it, ptrs):
+                    break
+            for i in range(n):
+                perm[i] = i
+            if sorting:
+                slice_merge_sort(perm, tmp, n, m, dk, ik)
+            for e in range(n):
+                if e == 0 or not slice_equal(dk, ik, m, perm[e], perm[e - 1]):
+                    if e > 0:
+                        ek_st_i64(counts + (u - 1) * 8, run)
+                    ek_st_i64(firsts + u * 8, perm[e])
+                    u += 1
+                    run = 0
+                run += 1
+                ek_st_i64(inverse + perm[e] * 8, u - 1)
+            ek_st_i64(counts + (u - 1) * 8, run)
+    finally:
+        free(perm)
+        free(tmp)
+        free(dk)
+        free(ik)
+    ek_st_i64(as_ptr(count_addr, "unique_dim count_addr"), u)

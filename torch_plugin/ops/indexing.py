@@ -1147,3 +1147,362 @@ def topk(self, k, dim=-1, largest=True, sorted=True):
 
 def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
     return _topk(self, k, dim, largest, values, indices)
+
+
+# =============================================================================================
+# Second block: index_reduce, take, put_, repeat_interleave.Tensor, isin, nonzero_static,
+# _unique2 / unique_consecutive, hash_tensor.
+#
+# index_reduce, take and put_ run on the addressing unit above (index_gather / index_scatter);
+# the others have kernels of their own. Host synchronisations: repeat_interleave without
+# output_size (one read of sum and min of the repeats), _unique2 and unique_consecutive (one
+# read of the number of unique values; the outputs are then copied out of scratch buffers).
+
+_INDEX_REDUCE_CODES = {"prod": 2, "amax": 3, "amin": 4, "mean": 5}
+_index_reduce_warned = False
+
+
+def _index_reduce(self, dim, index, source, reduce, include_self, out=None, inplace=False):
+    name = "index_reduce_()"
+    tensors = [t for t in (self, index, source, out) if t is not None]
+    device = common_device("aten::index_reduce", *tensors)
+    if reduce not in _INDEX_REDUCE_CODES:
+        raise RuntimeError(f"index_reduce(): Expected reduce to be one of prod, mean, amax or amin but got {reduce}.")
+    global _index_reduce_warned
+    if not _index_reduce_warned:  # CPU's TORCH_WARN_ONCE
+        _index_reduce_warned = True
+        warnings.warn("index_reduce() is in beta and the API may change at any time.", UserWarning, stacklevel=3)
+    _supported("aten::index_reduce", self, source)
+    if index.dim() > 1:
+        raise IndexError(f"{name}: Index is supposed to be a vector, but got dim: {index.dim()} with type: "
+                         f"{_dtype_name(index.dtype)} and size: {list(index.shape)}")
+    if index.dtype not in _INT_INDEX:
+        raise RuntimeError(f"{name}: Expected dtype int32/int64 for index but got: {_dtype_name(index.dtype)}")
+    if source.dtype != self.dtype:
+        raise RuntimeError(f"{name}: self ({_dtype_name(self.dtype)}) and source ({_dtype_name(source.dtype)}) "
+                           "must have the same scalar type")
+    if self.dtype == torch.bool:
+        raise NotImplementedError("\"index_reduce_func_cpu_\" not implemented for 'Bool' (on emu, as on CPU)")
+    d = _wrap_dim(dim, self.dim())
+    _check_index_source(name, self, d, index, source)
+    if inplace:
+        result = self
+    else:
+        result = _prepare_out("aten::index_reduce", out, tuple(self.shape), self.dtype, device, self, index, source)
+        if result.numel():
+            result.copy_(self)
+    check_overlap("aten::index_reduce", result, index, source)
+    if index.numel() == 0 or source.numel() == 0:
+        return result
+    sshape, sstrides = _shape1(source)
+    _, rstrides = _shape1(result)
+    iter_strides = tuple(0 if k == d else s for k, s in enumerate(rstrides))
+    idx_ref = device_ref(index, sshape, _zero_strides_except(len(sshape), d, _vector_stride(index)))
+    _scatter_launch(result, device_ref(source, sshape, sstrides), iter_strides, [(idx_ref, d)],
+                    _INDEX_REDUCE_CODES[reduce], 1, bool(include_self), False, _OUT_OF_RANGE, device)
+    return result
+
+
+def index_reduce(self, dim, index, source, reduce, *, include_self=True):
+    return _index_reduce(self, dim, index, source, reduce, include_self)
+
+
+def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
+    return _index_reduce(self, dim, index, source, reduce, include_self, inplace=True)
+
+
+def index_reduce_out(self, dim, index, source, reduce, *, include_self=True, out):
+    return _index_reduce(self, dim, index, source, reduce, include_self, out=out)
+
+
+_FLAT_OUT_OF_RANGE = "out of range: tried to access index {index} on a tensor of {size} elements."
+
+
+def _flat_table(t: torch.Tensor) -> torch.Tensor:
+    """t as one dim of its elements in C order (a contiguous copy on the device when needed)."""
+    return (t if t.is_contiguous() else t.contiguous()).view(-1)
+
+
+def _take(self, index, out=None):
+    name = "aten::take"
+    device = common_device(name, self, index, *([out] if out is not None else []))
+    _supported(name, self)
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got {_dtype_name(index.dtype)}")
+    if self.numel() == 0 and index.numel() != 0:
+        raise IndexError("take(): tried to take from an empty tensor")
+    result = _prepare_out(name, out, tuple(index.shape), self.dtype, device, self, index)
+    if index.numel() == 0:
+        return result
+    table = _flat_table(self)
+    shape, _ = _shape1(index)
+    _gather_launch(result, table, (0,) * len(shape), [(_ref1(index), 0)], True, _FLAT_OUT_OF_RANGE, device)
+    return result
+
+
+def take(self, index):
+    return _take(self, index)
+
+
+def take_out(self, index, *, out):
+    return _take(self, index, out)
+
+
+def put_(self, index, source, accumulate=False):
+    name = "aten::put_"
+    device = common_device(name, self, index, source)
+    _supported(name, self, source)
+    if index.dtype != torch.int64:
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {_dtype_name(index.dtype)}")
+    if source.dtype != self.dtype:
+        raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got self.dtype = "
+                           f"{_dtype_name(self.dtype)} and source.dtype = {_dtype_name(source.dtype)}")
+    if source.numel() != index.numel():
+        raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
+                         f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")
+    if self.numel() == 0 and index.numel() != 0:
+        raise IndexError("put_(): Tried to put elements into an empty tensor")
+    if torch._debug_has_internal_overlap(self) == 1:
+        check_overlap(name, self)
+    check_overlap(name, self, index, source)
+    if index.numel() == 0:
+        return self
+    table = _flat_table(self)
+    shape, _ = _shape1(index)
+    if tuple(source.shape) == tuple(index.shape):
+        src_ref = _ref1(source)
+    else:  # same number of elements, another shape: read it in C order over index's shape
+        source = source.contiguous()
+        src_ref = device_ref(source, shape, _shape1(source.view(shape))[1])
+    _scatter_launch(table, src_ref, (0,) * len(shape), [(_ref1(index), 0)], 1 if accumulate else 0, 1, True, True,
+                    _FLAT_OUT_OF_RANGE, device)
+    if table.data_ptr() != self.data_ptr() or not self.is_contiguous():
+        self.copy_(table.view(self.shape))
+    return self
+
+
+def repeat_interleave_tensor(repeats, *, output_size=None):
+    name = "aten::repeat_interleave"
+    device = common_device(name, repeats)
+    if repeats.dim() != 1:
+        raise RuntimeError("repeat_interleave only accept 1D vector as repeat")
+    if repeats.dtype not in _INT_INDEX:
+        raise RuntimeError("repeats has to be Long or Int tensor")
+    n = repeats.numel()
+    if output_size is None:
+        if n == 0:
+            total = 0
+        else:
+            total, smallest = torch.stack([repeats.sum().to(torch.int64), repeats.min().to(torch.int64)]).tolist()
+            if smallest < 0:
+                raise RuntimeError("repeats can not be negative")
+    else:
+        total = int(output_size)  # no synchronisation: the kernel checks the sum
+    out = torch.empty((total,), dtype=repeats.dtype, device=_emu(device))
+    if n:
+        _launch("repeat_interleave", (device_ref(out), device_ref(repeats)), device)
+    return out
+
+
+def _isin(elements, test_elements, assume_unique=False, invert=False, out=None):
+    name = "aten::isin"
+    tensors = [t for t in (elements, test_elements, out) if isinstance(t, torch.Tensor)]
+    device = common_device(name, *tensors)
+    for t in (elements, test_elements):
+        if isinstance(t, torch.Tensor):
+            if t.dtype == torch.bool:
+                raise RuntimeError("Unsupported input type encountered for isin(): Bool")
+            _supported(name, t)
+    compute = torch.result_type(elements, test_elements)
+    if compute == torch.bool:
+        raise RuntimeError("Unsupported input type encountered for isin(): Bool")
+    if compute not in SUPPORTED:
+        raise unsupported_dtype(name, compute, SUPPORTED)
+    dev = _emu(device)
+    if not isinstance(elements, torch.Tensor):
+        elements = torch.full((), elements, dtype=compute, device=dev)
+    if not isinstance(test_elements, torch.Tensor):
+        test_elements = torch.full((), test_elements, dtype=compute, device=dev)
+    elements, test_elements = _on_device(elements, device), _on_device(test_elements, device)
+    shape = tuple(elements.shape)
+    if out is None:
+        result = empty_like_layout(shape, torch.bool, device, elements)
+    else:
+        _check_out_dtype("isin", out, torch.bool)
+        resize_out(out, shape)
+        check_overlap(name, out, elements, test_elements)
+        result = out
+    if result.numel() == 0:
+        return result
+    eshape, estrides = _shape1(elements)
+    tshape, tstrides = _shape1(test_elements)
+    _launch("isin", (device_ref(result, eshape, _shape1(result)[1]), device_ref(elements, eshape, estrides),
+                     device_ref(test_elements, tshape, tstrides), TO_CODE[compute], bool(invert)), device)
+    return result
+
+
+def isin_tensor_tensor(elements, test_elements, *, assume_unique=False, invert=False):
+    return _isin(elements, test_elements, assume_unique, invert)
+
+
+def isin_tensor_tensor_out(elements, test_elements, *, assume_unique=False, invert=False, out):
+    return _isin(elements, test_elements, assume_unique, invert, out)
+
+
+def isin_tensor_scalar(elements, test_element, *, assume_unique=False, invert=False):
+    return _isin(elements, test_element, assume_unique, invert)
+
+
+def isin_tensor_scalar_out(elements, test_element, *, assume_unique=False, invert=False, out):
+    return _isin(elements, test_element, assume_unique, invert, out)
+
+
+def isin_scalar_tensor(element, test_elements, *, assume_unique=False, invert=False):
+    return _isin(element, test_elements, assume_unique, invert)
+
+
+def isin_scalar_tensor_out(element, test_elements, *, assume_unique=False, invert=False, out):
+    return _isin(element, test_elements, assume_unique, invert, out)
+
+
+def _nonzero_static(self, size, fill_value=-1, out=None):
+    name = "aten::nonzero_static"
+    device = common_device(name, self, *([out] if out is not None else []))
+    _supported(name, self)
+    if size < 0:
+        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
+    shape = (size, self.dim())
+    if out is None:
+        out = torch.empty(shape, dtype=torch.int64, device=_emu(device))
+    else:
+        if out.dtype != torch.int64:
+            raise RuntimeError(f"nonzero_static: Expected out tensor to have scalar type Long but got scalar type "
+                               f"{_dtype_name(out.dtype)}")
+        check_overlap(name, out, self)
+        if tuple(out.shape) != shape:
+            out.resize_(shape)
+    if out.numel():
+        _launch("nonzero_static", (device_ref(out), device_ref(self), int(size), int(fill_value)), device)
+    return out
+
+
+def nonzero_static(self, *, size, fill_value=-1):
+    return _nonzero_static(self, size, fill_value)
+
+
+def nonzero_static_out(self, *, size, fill_value=-1, out):
+    return _nonzero_static(self, size, fill_value, out)
+
+
+def _unique(name, self, sort, return_inverse, return_counts):
+    device = common_device(f"aten::{name}", self)
+    _supported(f"aten::{name}", self)
+    dev = _emu(device)
+    n = self.numel()
+    values = torch.empty((n,), dtype=self.dtype, device=dev)
+    inverse = torch.empty(self.shape if return_inverse else (0,), dtype=torch.int64, device=dev)
+    counts = torch.empty((n,) if return_counts else (0,), dtype=torch.int64, device=dev)
+    if n == 0:
+        return values, inverse, counts
+    count = torch.empty((), dtype=torch.int64, device=dev)
+    _launch("unique", (device_ref(values), device_ref(inverse, (inverse.numel(),), (1,)),
+                       device_ref(counts, (counts.numel(),), (1,)), device_ref(count, (1,), (1,)), device_ref(self),
+                       bool(sort), bool(return_inverse), bool(return_counts)), device)
+    u = int(count.item())  # the one synchronisation: the output size is data
+    output = values[:u].clone()
+    counts = counts[:u].clone() if return_counts else counts
+    return output, inverse, counts
+
+
+def unique2(self, sorted=True, return_inverse=False, return_counts=False):
+    # CPU sorts whatever ``sorted`` says (its sort is faster than hashing), so does the device.
+    return _unique("_unique2", self, True, return_inverse, return_counts)
+
+
+def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
+    if dim is not None and not (self.dim() == 1 and dim in (0, -1)):
+        return _unique_dim("unique_consecutive", self, dim, False)
+    return _unique("unique_consecutive", self, False, return_inverse, return_counts)
+
+
+def _unique_dim(name, self, dim, sort):
+    """Unique slices along ``dim``: the kernel finds the first slice of each group, inverse and
+    counts; the host reads the number of groups (one synchronisation) and gathers the output
+    slices with index_select. Returns inverse and counts always, as CPU's unique_dim does."""
+    device = common_device(f"aten::{name}", self)
+    _supported(f"aten::{name}", self)
+    if self.dim() == 0:
+        from torch_plugin.errors import UnsupportedDtypeError
+        raise UnsupportedDtypeError(f"aten::{name}: a 0-dim tensor with dim= is not supported on emu "
+                                    "(supported: tensors of rank >= 1)")
+    d = _wrap_dim(dim, self.dim())
+    dev = _emu(device)
+    n = self.shape[d]
+    if n == 0:
+        return self.clone(), torch.empty((0,), dtype=torch.int64, device=dev), \
+            torch.empty((0,), dtype=torch.int64, device=dev)
+    if self.numel() == 0:
+        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
+    moved = self.movedim(d, 0)  # a view: slice a is moved[a]
+    firsts = torch.empty((n,), dtype=torch.int64, device=dev)
+    inverse = torch.empty((n,), dtype=torch.int64, device=dev)
+    counts = torch.empty((n,), dtype=torch.int64, device=dev)
+    count = torch.empty((), dtype=torch.int64, device=dev)
+    _launch("unique_dim", (device_ref(firsts), device_ref(inverse), device_ref(counts), device_ref(count, (1,), (1,)),
+                           device_ref(moved), bool(sort)), device)
+    u = int(count.item())  # the one synchronisation: the output size is data
+    return torch.index_select(self, d, firsts[:u]), inverse, counts[:u].clone()
+
+
+def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
+    # CPU sorts whatever ``sorted`` says, and returns inverse and counts either way.
+    return _unique_dim("unique_dim", self, dim, True)
+
+
+def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False):
+    return _unique_dim("unique_dim_consecutive", self, dim, False)
+
+
+def _hash_tensor(self, dim=(), keepdim=False, mode=0, out=None):
+    name = "aten::hash_tensor"
+    device = common_device(name, self, *([out] if out is not None else []))
+    _supported(name, self)
+    if mode != 0:
+        raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
+    nd = self.dim()
+    dims = list(range(nd)) if not dim else sorted({_wrap_dim(d, nd) for d in dim})
+    if self.numel() == 0:
+        if not dim:
+            raise RuntimeError("hash_tensor: Expected reduction dim to be specified for input.numel() == 0. "
+                               "Specify the reduction dim with the 'dim' argument.")
+        for d in dims:
+            if self.shape[d] == 0:
+                raise IndexError(f"hash_tensor: Expected reduction dim {d} to have non-zero size.")
+    keep_shape = tuple(1 if k in dims else n for k, n in enumerate(self.shape))
+    shape = keep_shape if keepdim else tuple(n for k, n in enumerate(self.shape) if k not in dims)
+    if out is None:
+        out = torch.empty(shape, dtype=torch.uint64, device=_emu(device))
+    else:
+        _check_out_dtype("hash_tensor", out, torch.uint64)
+        resize_out(out, shape)
+    if out.numel() == 0:
+        return out
+    bits = out.view(torch.int64)  # the same 64 bits; the kernel writes int64
+    if keepdim:
+        strides = tuple(0 if k in dims else st for k, st in enumerate(bits.stride()))
+    else:  # the kept dims take out's strides in order, the reduced ones 0
+        kept = iter(bits.stride())
+        strides = tuple(0 if k in dims else next(kept) for k in range(nd))
+    s_shape, s_strides = _shape1(self)
+    if nd == 0:
+        strides = (0,)
+    _launch("hash_xor", (device_ref(bits, s_shape, strides), device_ref(self, s_shape, s_strides)), device)
+    return out
+
+
+def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
+    return _hash_tensor(self, dim, keepdim, mode)
+
+
+def hash_tensor_out(self, dim=(), *, keepdim=False, mode=0, out):
+    return _hash_tensor(self, dim, keepdim, mode, out)
