@@ -1016,3 +1016,1617 @@ def upsample_bilinear2d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_add
         free(hs)
         free(ws)
         free(acc)
+
+
+# =============================================================================================
+# Second block: N-d pooling, unpooling and separable interpolation.
+#
+# Every operand here is a 5-d (N, C, D, H, W) view: the host pads 1-d and 2-d operands with
+# leading unit spatial dims (stride 0), so one kernel serves every rank. Plane indices (max
+# pooling, unpooling) are flat d * H * W + h * W + w offsets, which equal CPU's 1-d/2-d
+# indices when the padded dims have extent 1. Floating work is done in float32 (float64 for
+# float64) and rounded once; backward passes accumulate one plane in that type.
+
+from libc.math cimport floor, ceil
+
+
+cdef struct Vol:
+    Py_ssize_t N, C, D, H, W, OD, OH, OW
+    Py_ssize_t xs[5]       # the input operand (N, C, D, H, W), bytes
+    Py_ssize_t ys[5]       # the output operand (N, C, OD, OH, OW), bytes
+
+
+cdef int _vol(Vol* v, object x_shape, object x_strides, int xdt, object y_shape, object y_strides,
+              int ydt, str what) except -1:
+    cdef Py_ssize_t xsh[5]
+    cdef Py_ssize_t ysh[5]
+    _shape(x_shape, 5, xsh, what)
+    _shape(y_shape, 5, ysh, what)
+    if xsh[0] != ysh[0] or xsh[1] != ysh[1]:
+        raise KernelArgumentError(f"{what}: batch/channel extents differ: {tuple(x_shape)!r} {tuple(y_shape)!r}")
+    v.N, v.C, v.D, v.H, v.W = xsh[0], xsh[1], xsh[2], xsh[3], xsh[4]
+    v.OD, v.OH, v.OW = ysh[2], ysh[3], ysh[4]
+    _byte_strides(x_strides, 5, xdt, v.xs, what)
+    _byte_strides(y_strides, 5, ydt, v.ys, what)
+    return 0
+
+
+cdef inline const char* _xat(Vol* v, const char* x, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d, Py_ssize_t h,
+                             Py_ssize_t w) noexcept nogil:
+    return x + n * v.xs[0] + c * v.xs[1] + d * v.xs[2] + h * v.xs[3] + w * v.xs[4]
+
+
+cdef inline char* _yat(Vol* v, char* y, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d, Py_ssize_t h,
+                       Py_ssize_t w) noexcept nogil:
+    return y + n * v.ys[0] + c * v.ys[1] + d * v.ys[2] + h * v.ys[3] + w * v.ys[4]
+
+
+cdef void _store_plane(Vol* v, acc_t* acc, char* gi, int gdt, Py_ssize_t n, Py_ssize_t c) noexcept nogil:
+    """Round the (D, H, W) accumulator into plane (n, c) of the input-shaped operand gi."""
+    cdef Py_ssize_t d, h
+    for d in range(v.D):
+        for h in range(v.H):
+            store_block(acc + (d * v.H + h) * v.W, v.W, gdt, <char*>_xat(v, gi, n, c, d, h, 0), v.xs[4])
+
+
+cdef void* _plane_acc(Vol* v, int dt, str what) except NULL:
+    cdef void* acc = malloc((v.D * v.H * v.W if v.D * v.H * v.W else 1) * (8 if dt == DT_FLOAT64 else 4))
+    if acc == NULL:
+        raise MemoryError(f"{what}: cannot allocate the accumulator")
+    return acc
+
+
+# -- max pooling with indices over (D, H, W) windows
+
+cdef void _max_pool3(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+                     Py_ssize_t* k, cmp_t lowest) noexcept nogil:
+    # k = kernel (3), stride (3), padding (3), dilation (3)
+    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, idx
+    cdef cmp_t val, best
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                d0 = od * k[3] - k[6]
+                d1 = d0 + (k[0] - 1) * k[9] + 1
+                if d1 > v.D:
+                    d1 = v.D
+                while d0 < 0:
+                    d0 += k[9]
+                for oh in range(v.OH):
+                    h0 = oh * k[4] - k[7]
+                    h1 = h0 + (k[1] - 1) * k[10] + 1
+                    if h1 > v.H:
+                        h1 = v.H
+                    while h0 < 0:
+                        h0 += k[10]
+                    for ow in range(v.OW):
+                        w0 = ow * k[5] - k[8]
+                        w1 = w0 + (k[2] - 1) * k[11] + 1
+                        if w1 > v.W:
+                            w1 = v.W
+                        while w0 < 0:
+                            w0 += k[11]
+                        best = lowest
+                        idx = (d0 * v.H + h0) * v.W + w0
+                        id_ = d0
+                        while id_ < d1:
+                            ih = h0
+                            while ih < h1:
+                                iw = w0
+                                while iw < w1:
+                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                                    if (cmp_t is double and (val > best or val != val)) or \
+                                            (cmp_t is int64_t and val > best):
+                                        best = val
+                                        idx = (id_ * v.H + ih) * v.W + iw
+                                    iw += k[11]
+                                ih += k[10]
+                            id_ += k[9]
+                        store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                        ek_st_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4], idx)
+
+
+def max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
+               x_shape, window):
+    """y, indices (N, C, OD, OH, OW) = max over the windows of x (N, C, D, H, W); ``window`` = kernel,
+    stride, padding, dilation (3 ints each); indices are flat plane offsets. NaN propagates (the
+    last NaN wins, as CPU). Any dtype but bool; y has x's dtype."""
+    cdef int ydt = check_dtype(y_dtype, "max_pool3d y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "max_pool3d x_dtype")
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef Py_ssize_t k[12]
+    cdef char* y
+    cdef char* ind
+    cdef const char* x
+    cdef int i
+    vals = _ints(window, 12, "max_pool3d window")
+    for i in range(12):
+        k[i] = vals[i]
+        if k[i] < 0 or (k[i] == 0 and not 6 <= i < 9):
+            raise KernelArgumentError(f"max_pool3d: invalid window {tuple(vals)!r}")
+    if xdt == DT_BOOL or ydt != xdt:
+        raise KernelArgumentError(f"max_pool3d: unsupported dtypes {_DTYPE_NAMES[xdt]} -> {_DTYPE_NAMES[ydt]}")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "max_pool3d")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "max_pool3d ind_strides")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("max_pool3d: empty input plane")
+    y = as_ptr(y_addr, "max_pool3d y_addr")
+    ind = as_ptr(ind_addr, "max_pool3d ind_addr")
+    x = as_ptr(x_addr, "max_pool3d x_addr")
+    with nogil:
+        if is_floating(xdt):
+            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <double>-INFINITY)
+        else:
+            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <int64_t>INT64_MIN)
+
+
+# -- adaptive max pooling
+
+cdef void _adaptive_max3(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+                         cmp_t lowest) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, idx
+    cdef cmp_t val, best
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                d0 = _start(od, v.OD, v.D)
+                d1 = _end(od, v.OD, v.D)
+                for oh in range(v.OH):
+                    h0 = _start(oh, v.OH, v.H)
+                    h1 = _end(oh, v.OH, v.H)
+                    for ow in range(v.OW):
+                        w0 = _start(ow, v.OW, v.W)
+                        w1 = _end(ow, v.OW, v.W)
+                        best = lowest
+                        idx = (d0 * v.H + h0) * v.W + w0
+                        for id_ in range(d0, d1):
+                            for ih in range(h0, h1):
+                                for iw in range(w0, w1):
+                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                                    if (cmp_t is double and (val > best or val != val)) or \
+                                            (cmp_t is int64_t and val > best):
+                                        best = val
+                                        idx = (id_ * v.H + ih) * v.W + iw
+                        store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                        ek_st_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4], idx)
+
+
+def adaptive_max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype,
+                        x_strides, x_shape):
+    """y, indices (N, C, OD, OH, OW) = max over CPU's adaptive windows of x (N, C, D, H, W)."""
+    cdef int ydt = check_dtype(y_dtype, "adaptive_max_pool3d y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "adaptive_max_pool3d x_dtype")
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef char* y
+    cdef char* ind
+    cdef const char* x
+    if xdt == DT_BOOL or ydt != xdt:
+        raise KernelArgumentError(f"adaptive_max_pool3d: unsupported dtypes {_DTYPE_NAMES[xdt]} -> "
+                                  f"{_DTYPE_NAMES[ydt]}")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_max_pool3d")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "adaptive_max_pool3d ind_strides")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("adaptive_max_pool3d: empty input plane")
+    y = as_ptr(y_addr, "adaptive_max_pool3d y_addr")
+    ind = as_ptr(ind_addr, "adaptive_max_pool3d ind_addr")
+    x = as_ptr(x_addr, "adaptive_max_pool3d x_addr")
+    with nogil:
+        if is_floating(xdt):
+            _adaptive_max3(&v, x, xdt, y, ydt, ind, is_, <double>-INFINITY)
+        else:
+            _adaptive_max3(&v, x, xdt, y, ydt, ind, is_, <int64_t>INT64_MIN)
+
+
+# -- the backward of every indexed max pooling: scatter-add at the indices
+
+cdef Py_ssize_t _index_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt,
+                                const char* ind, Py_ssize_t* is_, int64_t* bad) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, i, plane = v.D * v.H * v.W
+    cdef int64_t idx
+    cdef acc_t g
+    for n in range(v.N):
+        for c in range(v.C):
+            for i in range(plane):
+                acc[i] = 0
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        idx = ek_ld_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4])
+                        if idx < 0 or idx >= plane:
+                            bad[0] = idx
+                            return 1
+                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                        acc[idx] += g
+            _store_plane(v, acc, gi, gdt, n, c)
+    return 0
+
+
+def pool_index_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
+                        ind_addr, ind_strides):
+    """grad_input (N, C, D, H, W) = scatter-add of grad_output (N, C, OD, OH, OW) at the flat plane
+    indices (max_pool3d, adaptive and fractional max pooling); an index outside the plane raises."""
+    cdef int gdt = check_dtype(gi_dtype, "pool_index_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "pool_index_backward go_dtype")
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef char* gi
+    cdef const char* go = NULL
+    cdef const char* ind = NULL
+    cdef void* acc
+    cdef int64_t bad = 0
+    cdef Py_ssize_t rc
+    _floating(gdt, "pool_index_backward")
+    _floating(godt, "pool_index_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "pool_index_backward")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "pool_index_backward ind_strides")
+    if v.N * v.C * v.D * v.H * v.W == 0:
+        return
+    gi = as_ptr(gi_addr, "pool_index_backward gi_addr")
+    if v.OD * v.OH * v.OW:
+        go = as_ptr(go_addr, "pool_index_backward go_addr")
+        ind = as_ptr(ind_addr, "pool_index_backward ind_addr")
+    else:
+        v.OD = v.OH = v.OW = 0
+    acc = _plane_acc(&v, gdt, "pool_index_backward")
+    with nogil:
+        if gdt == DT_FLOAT64:
+            rc = _index_backward(&v, <double*>acc, gi, gdt, go, godt, ind, is_, &bad)
+        else:
+            rc = _index_backward(&v, <float*>acc, gi, gdt, go, godt, ind, is_, &bad)
+    free(acc)
+    if rc:
+        raise KernelArgumentError(f"pool_index_backward: index {bad} is out of range for a plane of "
+                                  f"{v.D} x {v.H} x {v.W}")
+
+
+# -- max unpooling: y = 0, y[n, c, indices[n, c, i]] = x[n, c, i]
+
+cdef Py_ssize_t _unpool(Vol* v, char* y, int ydt, const char* x, int xdt, const char* ind, Py_ssize_t* is_,
+                        int64_t* bad, cmp_t zero) noexcept nogil:
+    # here v.D/H/W are the input's (pooled) extents, v.OD/OH/OW the unpooled output's
+    cdef Py_ssize_t n, c, d, h, w, od, oh, ow, plane = v.OD * v.OH * v.OW
+    cdef int64_t idx
+    cdef cmp_t val
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        store_block(&zero, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+            for d in range(v.D):
+                for h in range(v.H):
+                    for w in range(v.W):
+                        idx = ek_ld_i64(ind + n * is_[0] + c * is_[1] + d * is_[2] + h * is_[3] + w * is_[4])
+                        if idx < 0 or idx >= plane:
+                            bad[0] = idx
+                            return 1
+                        load_block(_xat(v, x, n, c, d, h, w), 0, xdt, 1, &val)
+                        od = idx // (v.OH * v.OW)
+                        oh = (idx // v.OW) % v.OH
+                        store_block(&val, 1, ydt, _yat(v, y, n, c, od, oh, idx % v.OW), 0)
+    return 0
+
+
+def max_unpool(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, ind_addr, ind_strides):
+    """y (N, C, OD, OH, OW) = zeros with x (N, C, D, H, W) scattered at its flat plane indices
+    (later elements win where indices repeat, as CPU's serial loop). Any dtype, exact."""
+    cdef int ydt = check_dtype(y_dtype, "max_unpool y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "max_unpool x_dtype")
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef char* y
+    cdef const char* x = NULL
+    cdef const char* ind = NULL
+    cdef int64_t bad = 0
+    cdef Py_ssize_t rc
+    if ydt != xdt:
+        raise KernelArgumentError("max_unpool: the output dtype must equal the input dtype")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "max_unpool")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "max_unpool ind_strides")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    y = as_ptr(y_addr, "max_unpool y_addr")
+    if v.D * v.H * v.W:
+        x = as_ptr(x_addr, "max_unpool x_addr")
+        ind = as_ptr(ind_addr, "max_unpool ind_addr")
+    with nogil:
+        if is_floating(xdt):
+            rc = _unpool(&v, y, ydt, x, xdt, ind, is_, &bad, <double>0)
+        else:
+            rc = _unpool(&v, y, ydt, x, xdt, ind, is_, &bad, <int64_t>0)
+    if rc:
+        raise KernelArgumentError(f"max_unpool: Found an invalid max index: {bad} (output volumes are of size "
+                                  f"{v.OD}x{v.OH}x{v.OW})")
+
+
+# -- average pooling over (D, H, W) windows
+
+cdef struct AvgWindow3:
+    Py_ssize_t k[9]        # kernel, stride, padding
+    Py_ssize_t divisor
+    bint include_pad
+
+
+cdef inline Py_ssize_t _avg_window3(AvgWindow3* a, Vol* v, Py_ssize_t od, Py_ssize_t oh, Py_ssize_t ow,
+                                    Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """CPU's avg_pool3d window: the clipped ranges lo/hi (d, h, w) and the divide factor (0: empty)."""
+    cdef Py_ssize_t o[3]
+    cdef Py_ssize_t size[3]
+    cdef Py_ssize_t i, pool = 1, count = 1
+    o[0], o[1], o[2] = od, oh, ow
+    size[0], size[1], size[2] = v.D, v.H, v.W
+    for i in range(3):
+        lo[i] = o[i] * a.k[3 + i] - a.k[6 + i]
+        hi[i] = lo[i] + a.k[i]
+        if hi[i] > size[i] + a.k[6 + i]:
+            hi[i] = size[i] + a.k[6 + i]
+        pool *= hi[i] - lo[i]
+        if lo[i] < 0:
+            lo[i] = 0
+        if hi[i] > size[i]:
+            hi[i] = size[i]
+        if lo[i] >= hi[i]:
+            return 0
+        count *= hi[i] - lo[i]
+    if a.divisor:
+        return a.divisor
+    return pool if a.include_pad else count
+
+
+cdef void _avg_pool3(Vol* v, AvgWindow3* a, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, id_, ih, iw, div
+    cdef Py_ssize_t lo[3]
+    cdef Py_ssize_t hi[3]
+    cdef acc_t s, val
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        div = _avg_window3(a, v, od, oh, ow, lo, hi)
+                        s = zero
+                        if div:
+                            for id_ in range(lo[0], hi[0]):
+                                for ih in range(lo[1], hi[1]):
+                                    for iw in range(lo[2], hi[2]):
+                                        load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                                        s = s + val
+                            s = s / <acc_t>div
+                        store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+
+
+cdef int _avg_args3(AvgWindow3* a, object window, object include_pad, object divisor, str what) except -1:
+    cdef int i
+    w = _ints(window, 9, what)
+    for i in range(9):
+        if w[i] < 0 or (w[i] == 0 and i < 6):
+            raise KernelArgumentError(f"{what}: invalid window {tuple(w)!r}")
+        a.k[i] = w[i]
+    a.divisor = _ints((divisor,), 1, what)[0]    # any nonzero override, negative too (CPU divides by it)
+    a.include_pad = bool(include_pad)
+    return 0
+
+
+def avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, window,
+               count_include_pad, divisor_override):
+    """y (N, C, OD, OH, OW) = window means of x; ``window`` = kernel, stride, padding (3 ints each);
+    ``divisor_override`` 0 = none."""
+    cdef int ydt = check_dtype(y_dtype, "avg_pool3d y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "avg_pool3d x_dtype")
+    cdef Vol v
+    cdef AvgWindow3 a
+    cdef char* y
+    cdef const char* x = NULL
+    _floating(ydt, "avg_pool3d")
+    _floating(xdt, "avg_pool3d")
+    _avg_args3(&a, window, count_include_pad, divisor_override, "avg_pool3d")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "avg_pool3d")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    y = as_ptr(y_addr, "avg_pool3d y_addr")
+    if v.D * v.H * v.W:
+        x = as_ptr(x_addr, "avg_pool3d x_addr")
+    with nogil:
+        if ydt == DT_FLOAT64:
+            _avg_pool3(&v, &a, x, xdt, y, ydt, <double>0)
+        else:
+            _avg_pool3(&v, &a, x, xdt, y, ydt, <float>0)
+
+
+cdef void _avg_pool3_backward(Vol* v, AvgWindow3* a, acc_t* acc, char* gi, int gdt, const char* go,
+                              int godt) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, id_, ih, iw, div, i, plane = v.D * v.H * v.W
+    cdef Py_ssize_t lo[3]
+    cdef Py_ssize_t hi[3]
+    cdef acc_t g
+    for n in range(v.N):
+        for c in range(v.C):
+            for i in range(plane):
+                acc[i] = 0
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        div = _avg_window3(a, v, od, oh, ow, lo, hi)
+                        if not div:
+                            continue
+                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                        g = g / <acc_t>div
+                        for id_ in range(lo[0], hi[0]):
+                            for ih in range(lo[1], hi[1]):
+                                for iw in range(lo[2], hi[2]):
+                                    acc[(id_ * v.H + ih) * v.W + iw] += g
+            _store_plane(v, acc, gi, gdt, n, c)
+
+
+def avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
+                        window, count_include_pad, divisor_override):
+    cdef int gdt = check_dtype(gi_dtype, "avg_pool3d_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "avg_pool3d_backward go_dtype")
+    cdef Vol v
+    cdef AvgWindow3 a
+    cdef char* gi
+    cdef const char* go = NULL
+    cdef void* acc
+    _floating(gdt, "avg_pool3d_backward")
+    _floating(godt, "avg_pool3d_backward")
+    _avg_args3(&a, window, count_include_pad, divisor_override, "avg_pool3d_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "avg_pool3d_backward")
+    if v.N * v.C * v.D * v.H * v.W == 0:
+        return
+    gi = as_ptr(gi_addr, "avg_pool3d_backward gi_addr")
+    if v.OD * v.OH * v.OW:
+        go = as_ptr(go_addr, "avg_pool3d_backward go_addr")
+    else:
+        v.OD = v.OH = v.OW = 0
+    acc = _plane_acc(&v, gdt, "avg_pool3d_backward")
+    with nogil:
+        if gdt == DT_FLOAT64:
+            _avg_pool3_backward(&v, &a, <double*>acc, gi, gdt, go, godt)
+        else:
+            _avg_pool3_backward(&v, &a, <float*>acc, gi, gdt, go, godt)
+    free(acc)
+
+
+# -- adaptive average pooling
+
+cdef void _adaptive_avg3(Vol* v, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw
+    cdef acc_t s, val
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                d0 = _start(od, v.OD, v.D)
+                d1 = _end(od, v.OD, v.D)
+                for oh in range(v.OH):
+                    h0 = _start(oh, v.OH, v.H)
+                    h1 = _end(oh, v.OH, v.H)
+                    for ow in range(v.OW):
+                        w0 = _start(ow, v.OW, v.W)
+                        w1 = _end(ow, v.OW, v.W)
+                        s = zero
+                        for id_ in range(d0, d1):
+                            for ih in range(h0, h1):
+                                for iw in range(w0, w1):
+                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                                    s = s + val
+                        s = s / <acc_t>(d1 - d0) / <acc_t>(h1 - h0) / <acc_t>(w1 - w0)   # CPU divides per dim
+                        store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+
+
+def adaptive_avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape):
+    cdef int ydt = check_dtype(y_dtype, "adaptive_avg_pool3d y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "adaptive_avg_pool3d x_dtype")
+    cdef Vol v
+    cdef char* y
+    cdef const char* x
+    _floating(ydt, "adaptive_avg_pool3d")
+    _floating(xdt, "adaptive_avg_pool3d")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_avg_pool3d")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("adaptive_avg_pool3d: empty input plane")
+    y = as_ptr(y_addr, "adaptive_avg_pool3d y_addr")
+    x = as_ptr(x_addr, "adaptive_avg_pool3d x_addr")
+    with nogil:
+        if ydt == DT_FLOAT64:
+            _adaptive_avg3(&v, x, xdt, y, ydt, <double>0)
+        else:
+            _adaptive_avg3(&v, x, xdt, y, ydt, <float>0)
+
+
+cdef void _adaptive_avg3_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, i, plane = v.D * v.H * v.W
+    cdef acc_t g
+    for n in range(v.N):
+        for c in range(v.C):
+            for i in range(plane):
+                acc[i] = 0
+            for od in range(v.OD):
+                d0 = _start(od, v.OD, v.D)
+                d1 = _end(od, v.OD, v.D)
+                for oh in range(v.OH):
+                    h0 = _start(oh, v.OH, v.H)
+                    h1 = _end(oh, v.OH, v.H)
+                    for ow in range(v.OW):
+                        w0 = _start(ow, v.OW, v.W)
+                        w1 = _end(ow, v.OW, v.W)
+                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                        g = g / <acc_t>(d1 - d0) / <acc_t>(h1 - h0) / <acc_t>(w1 - w0)
+                        for id_ in range(d0, d1):
+                            for ih in range(h0, h1):
+                                for iw in range(w0, w1):
+                                    acc[(id_ * v.H + ih) * v.W + iw] += g
+            _store_plane(v, acc, gi, gdt, n, c)
+
+
+def adaptive_avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
+                                 go_shape):
+    cdef int gdt = check_dtype(gi_dtype, "adaptive_avg_pool3d_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "adaptive_avg_pool3d_backward go_dtype")
+    cdef Vol v
+    cdef char* gi
+    cdef const char* go
+    cdef void* acc
+    _floating(gdt, "adaptive_avg_pool3d_backward")
+    _floating(godt, "adaptive_avg_pool3d_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "adaptive_avg_pool3d_backward")
+    if v.N * v.C * v.D * v.H * v.W == 0:
+        return
+    if v.OD * v.OH * v.OW == 0:
+        raise KernelArgumentError("adaptive_avg_pool3d_backward: empty output plane")
+    gi = as_ptr(gi_addr, "adaptive_avg_pool3d_backward gi_addr")
+    go = as_ptr(go_addr, "adaptive_avg_pool3d_backward go_addr")
+    acc = _plane_acc(&v, gdt, "adaptive_avg_pool3d_backward")
+    with nogil:
+        if gdt == DT_FLOAT64:
+            _adaptive_avg3_backward(&v, <double*>acc, gi, gdt, go, godt)
+        else:
+            _adaptive_avg3_backward(&v, <float*>acc, gi, gdt, go, godt)
+    free(acc)
+
+
+# -- interpolation over (D, H, W): nearest / nearest-exact, and separable filters
+
+cdef inline Py_ssize_t _nearest_exact_idx(Py_ssize_t o, Py_ssize_t in_size, float scale) noexcept nogil:
+    # ATen: floorf((dst_index + 0.5) * scale), the product in double, floored as float
+    cdef Py_ssize_t i = <Py_ssize_t>floorf(<float>((o + 0.5) * <double>scale))
+    return i if i < in_size - 1 else in_size - 1
+
+
+cdef int _nearest_tables(Py_ssize_t** t, Vol* v, object scales, bint exact) except -1:
+    """Per spatial dim, the source (input-side) index of every output index (CPU's float arithmetic);
+    backward passes describe grad_input as the input side and grad_output as the output side."""
+    cdef Py_ssize_t ins[3]
+    cdef Py_ssize_t outs[3]
+    cdef Py_ssize_t o
+    cdef int i
+    cdef float s
+    sc = [float(x) for x in scales]
+    if len(sc) != 3:
+        raise KernelArgumentError(f"upsample_nearest: expected 3 scales, got {scales!r}")
+    ins[0], ins[1], ins[2] = v.D, v.H, v.W
+    outs[0], outs[1], outs[2] = v.OD, v.OH, v.OW
+    for i in range(3):
+        t[i] = <Py_ssize_t*>malloc((outs[i] if outs[i] else 1) * sizeof(Py_ssize_t))
+        if t[i] == NULL:
+            raise MemoryError("upsample_nearest: cannot allocate the index table")
+        s = _nearest_scale(ins[i], outs[i], sc[i])
+        for o in range(outs[i]):
+            t[i][o] = _nearest_exact_idx(o, ins[i], s) if exact else _nearest_idx(o, ins[i], outs[i], s)
+    return 0
+
+
+cdef void _nearest3(Vol* v, const char* x, int xdt, char* y, int ydt, Py_ssize_t** t, cmp_t kind) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow
+    cdef cmp_t val
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        load_block(_xat(v, x, n, c, t[0][od], t[1][oh], t[2][ow]), 0, xdt, 1, &val)
+                        store_block(&val, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+
+
+def upsample_nearest3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, exact, scales):
+    """y (N, C, OD, OH, OW) = x (N, C, D, H, W) at CPU's nearest (or nearest-exact) source voxels;
+    ``scales`` (d, h, w), <= 0 meaning none given. Any dtype (an exact copy)."""
+    cdef int ydt = check_dtype(y_dtype, "upsample_nearest3d y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "upsample_nearest3d x_dtype")
+    cdef Vol v
+    cdef Py_ssize_t* t[3]
+    cdef char* y
+    cdef const char* x
+    t[0] = t[1] = t[2] = NULL
+    if ydt != xdt:
+        raise KernelArgumentError("upsample_nearest3d: the output dtype must equal the input dtype")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_nearest3d")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("upsample_nearest3d: empty input plane")
+    y = as_ptr(y_addr, "upsample_nearest3d y_addr")
+    x = as_ptr(x_addr, "upsample_nearest3d x_addr")
+    try:
+        _nearest_tables(t, &v, scales, bool(exact))
+        with nogil:
+            if is_floating(xdt):
+                _nearest3(&v, x, xdt, y, ydt, t, <double>0)
+            else:
+                _nearest3(&v, x, xdt, y, ydt, t, <int64_t>0)
+    finally:
+        free(t[0])
+        free(t[1])
+        free(t[2])
+
+
+cdef void _nearest3_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt,
+                             Py_ssize_t** t) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, i, plane = v.D * v.H * v.W
+    cdef acc_t g
+    for n in range(v.N):
+        for c in range(v.C):
+            for i in range(plane):
+                acc[i] = 0
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                        acc[(t[0][od] * v.H + t[1][oh]) * v.W + t[2][ow]] += g
+            _store_plane(v, acc, gi, gdt, n, c)
+
+
+def upsample_nearest3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
+                                go_shape, exact, scales):
+    cdef int gdt = check_dtype(gi_dtype, "upsample_nearest3d_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "upsample_nearest3d_backward go_dtype")
+    cdef Vol v
+    cdef Py_ssize_t* t[3]
+    cdef char* gi
+    cdef const char* go = NULL
+    cdef void* acc = NULL
+    t[0] = t[1] = t[2] = NULL
+    _floating(gdt, "upsample_nearest3d_backward")
+    _floating(godt, "upsample_nearest3d_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "upsample_nearest3d_backward")
+    if v.N * v.C * v.D * v.H * v.W == 0:
+        return
+    gi = as_ptr(gi_addr, "upsample_nearest3d_backward gi_addr")
+    if v.OD * v.OH * v.OW:
+        go = as_ptr(go_addr, "upsample_nearest3d_backward go_addr")
+    else:
+        v.OD = v.OH = v.OW = 0
+    try:
+        _nearest_tables(t, &v, scales, bool(exact))
+        acc = _plane_acc(&v, gdt, "upsample_nearest3d_backward")
+        with nogil:
+            if gdt == DT_FLOAT64:
+                _nearest3_backward(&v, <double*>acc, gi, gdt, go, godt, t)
+            else:
+                _nearest3_backward(&v, <float*>acc, gi, gdt, go, godt, t)
+    finally:
+        free(t[0])
+        free(t[1])
+        free(t[2])
+        free(acc)
+
+
+# Separable filters: per spatial dim and output index, ``taps`` source indices and weights.
+# Modes: 0 linear (2 taps), 1 cubic (4 taps, A = -0.75), 2 antialiased linear, 3 antialiased
+# cubic (A = -0.5), the last two with ATen's support-scaled, normalised filters.
+
+cdef enum:
+    FILTER_LINEAR = 0
+    FILTER_CUBIC = 1
+    FILTER_AA_LINEAR = 2
+    FILTER_AA_CUBIC = 3
+
+
+cdef struct Taps:
+    Py_ssize_t taps        # entries per output index
+    Py_ssize_t* idx        # [out * taps]
+    double* wt             # [out * taps], values of the compute type
+
+
+ctypedef fused real_t:
+    float
+    double
+
+
+cdef inline real_t _cubic1(real_t x, real_t A) noexcept nogil:
+    return ((A + 2) * x - (A + 3)) * x * x + 1
+
+
+cdef inline real_t _cubic2(real_t x, real_t A) noexcept nogil:
+    return ((A * x - 5 * A) * x + 8 * A) * x - 4 * A
+
+
+cdef inline real_t _aa_filter(real_t x, bint cubic) noexcept nogil:
+    if x < 0:
+        x = -x
+    if not cubic:
+        return 1 - x if x < 1 else 0
+    if x < 1:
+        return _cubic1(x, <real_t>-0.5)
+    if x < 2:
+        return _cubic2(x, <real_t>-0.5)
+    return 0
+
+
+cdef void _fill_taps(Taps* t, Py_ssize_t in_size, Py_ssize_t out_size, int mode, bint align, double given,
+                     real_t kind) noexcept nogil:
+    cdef Py_ssize_t o, j, i0, xmin, xsize
+    cdef real_t scale, real, lam, A = -0.75, support, center, invscale, total, w
+    cdef real_t* c
+    if out_size > 1:
+        if align:
+            scale = <real_t>(in_size - 1) / <real_t>(out_size - 1)
+        else:
+            scale = <real_t>(1.0 / given) if given > 0 else <real_t>in_size / <real_t>out_size
+    else:
+        scale = 0
+    if mode == FILTER_AA_LINEAR or mode == FILTER_AA_CUBIC:
+        support = <real_t>((2 if mode == FILTER_AA_LINEAR else 4) * 0.5)
+        if scale >= 1:
+            support = support * scale
+        invscale = <real_t>(1.0 / scale) if scale >= 1 else 1
+        for o in range(out_size):
+            center = <real_t>(scale * (o + 0.5))
+            xmin = <Py_ssize_t>(center - support + 0.5)
+            if xmin < 0:
+                xmin = 0
+            xsize = <Py_ssize_t>(center + support + 0.5)
+            if xsize > in_size:
+                xsize = in_size
+            xsize -= xmin
+            total = 0
+            for j in range(t.taps):
+                t.idx[o * t.taps + j] = xmin if j >= xsize else xmin + j
+                w = _aa_filter(<real_t>((j + xmin - center + 0.5) * invscale), mode == FILTER_AA_CUBIC) \
+                    if j < xsize else 0
+                t.wt[o * t.taps + j] = w
+                total += w
+            if total != 0:
+                for j in range(xsize):
+                    t.wt[o * t.taps + j] = <real_t>(<real_t>t.wt[o * t.taps + j] / total)
+        return
+    for o in range(out_size):
+        if align:
+            real = scale * o
+        else:
+            real = <real_t>(scale * (o + 0.5) - 0.5)
+            if mode == FILTER_LINEAR and real < 0:
+                real = 0
+        # guard_index_and_lambda
+        i0 = <Py_ssize_t>floor(real)
+        if i0 > in_size - 1:
+            i0 = in_size - 1
+        lam = real - i0
+        lam = 0 if lam < 0 else (1 if lam > 1 else lam)
+        if mode == FILTER_LINEAR:
+            t.idx[o * 2] = i0
+            t.idx[o * 2 + 1] = i0 + 1 if i0 < in_size - 1 else i0
+            t.wt[o * 2] = <real_t>(1 - lam)
+            t.wt[o * 2 + 1] = lam
+        else:
+            t.wt[o * 4] = _cubic2(<real_t>(lam + 1.0), A)
+            t.wt[o * 4 + 1] = _cubic1(lam, A)
+            t.wt[o * 4 + 2] = _cubic1(<real_t>(1.0 - lam), A)
+            t.wt[o * 4 + 3] = _cubic2(<real_t>(2.0 - lam), A)
+            for j in range(4):
+                i0 = <Py_ssize_t>floor(real) - 1 + j
+                if i0 > in_size - 1:
+                    i0 = in_size - 1
+                t.idx[o * 4 + j] = i0 if i0 > 0 else 0
+
+
+cdef int _tap_tables(Taps* t, Vol* v, int ndim, int mode, bint align, object scales, bint single) except -1:
+    """Tables for the last ``ndim`` spatial dims; the leading (padded) dims get one tap of weight 1."""
+    cdef Py_ssize_t ins[3]
+    cdef Py_ssize_t outs[3]
+    cdef Py_ssize_t o, taps
+    cdef int i
+    cdef double support
+    sc = [float(x) for x in scales]
+    if len(sc) != 3 or not 1 <= ndim <= 3 or not 0 <= mode <= 3:
+        raise KernelArgumentError(f"upsample_separable: bad scales/ndim/mode {scales!r} {ndim} {mode}")
+    ins[0], ins[1], ins[2] = v.D, v.H, v.W
+    outs[0], outs[1], outs[2] = v.OD, v.OH, v.OW
+    for i in range(3):
+        if i < 3 - ndim:
+            if ins[i] != 1 or outs[i] != 1:
+                raise KernelArgumentError(f"upsample_separable: padded dim {i} has extents {ins[i]} -> {outs[i]}")
+            taps = 1
+        elif mode == FILTER_LINEAR:
+            taps = 2
+        elif mode == FILTER_CUBIC:
+            taps = 4
+        else:
+            support = (1.0 if mode == FILTER_AA_LINEAR else 2.0)
+            if outs[i] > 1:
+                s = ((ins[i] - 1.0) / (outs[i] - 1.0)) if align else \
+                    ((1.0 / sc[i]) if sc[i] > 0 else <double>ins[i] / outs[i])
+                if s >= 1:
+                    support *= s
+            taps = <Py_ssize_t>ceil(support) * 2 + 1
+        t[i].taps = taps
+        t[i].idx = <Py_ssize_t*>malloc((outs[i] if outs[i] else 1) * taps * sizeof(Py_ssize_t))
+        t[i].wt = <double*>malloc((outs[i] if outs[i] else 1) * taps * sizeof(double))
+        if t[i].idx == NULL or t[i].wt == NULL:
+            raise MemoryError("upsample_separable: cannot allocate the weight tables")
+        if taps == 1:
+            for o in range(outs[i]):
+                t[i].idx[o] = 0
+                t[i].wt[o] = 1
+        elif single:
+            _fill_taps(&t[i], ins[i], outs[i], mode, align, <double>sc[i], <float>0)
+        else:
+            _fill_taps(&t[i], ins[i], outs[i], mode, align, <double>sc[i], <double>0)
+    return 0
+
+
+cdef void _free_taps(Taps* t) noexcept:
+    cdef int i
+    for i in range(3):
+        free(t[i].idx)
+        free(t[i].wt)
+
+
+cdef void _separable(Vol* v, const char* x, int xdt, char* y, int ydt, Taps* t, acc_t zero) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, a, b, e
+    cdef Py_ssize_t* di
+    cdef Py_ssize_t* hi
+    cdef Py_ssize_t* wi
+    cdef double* dw
+    cdef double* hw
+    cdef double* ww
+    cdef acc_t s, sh, sw, val
+    for n in range(v.N):
+        for c in range(v.C):
+            for od in range(v.OD):
+                di = t[0].idx + od * t[0].taps
+                dw = t[0].wt + od * t[0].taps
+                for oh in range(v.OH):
+                    hi = t[1].idx + oh * t[1].taps
+                    hw = t[1].wt + oh * t[1].taps
+                    for ow in range(v.OW):
+                        wi = t[2].idx + ow * t[2].taps
+                        ww = t[2].wt + ow * t[2].taps
+                        s = zero
+                        for a in range(t[0].taps):
+                            sh = zero
+                            for b in range(t[1].taps):
+                                sw = zero
+                                for e in range(t[2].taps):
+                                    load_block(_xat(v, x, n, c, di[a], hi[b], wi[e]), 0, xdt, 1, &val)
+                                    sw = sw + val * <acc_t>ww[e]
+                                sh = sh + sw * <acc_t>hw[b]
+                            s = s + sh * <acc_t>dw[a]
+                        store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+
+
+def upsample_separable(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, ndim, mode,
+                       align_corners, scales):
+    """y (N, C, OD, OH, OW) = separable interpolation of x (N, C, D, H, W) over its last ``ndim``
+    spatial dims: linear / cubic (CPU's source-index rules, align_corners, given scales) or
+    antialiased linear / cubic. Weights in float32 (float64 for float64), as CPU's opmath."""
+    cdef int ydt = check_dtype(y_dtype, "upsample_separable y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "upsample_separable x_dtype")
+    cdef Vol v
+    cdef Taps t[3]
+    cdef char* y
+    cdef const char* x
+    cdef bint single = ydt != DT_FLOAT64
+    memset(t, 0, sizeof(t))
+    _floating(ydt, "upsample_separable")
+    _floating(xdt, "upsample_separable")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_separable")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("upsample_separable: empty input plane")
+    y = as_ptr(y_addr, "upsample_separable y_addr")
+    x = as_ptr(x_addr, "upsample_separable x_addr")
+    try:
+        _tap_tables(t, &v, ndim, mode, bool(align_corners), scales, single)
+        with nogil:
+            if single:
+                _separable(&v, x, xdt, y, ydt, t, <float>0)
+            else:
+                _separable(&v, x, xdt, y, ydt, t, <double>0)
+    finally:
+        _free_taps(t)
+
+
+cdef void _separable_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt,
+                              Taps* t) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, a, b, e, i, plane = v.D * v.H * v.W
+    cdef Py_ssize_t* di
+    cdef Py_ssize_t* hi
+    cdef Py_ssize_t* wi
+    cdef double* dw
+    cdef double* hw
+    cdef double* ww
+    cdef acc_t g, gd, gh
+    for n in range(v.N):
+        for c in range(v.C):
+            for i in range(plane):
+                acc[i] = 0
+            for od in range(v.OD):
+                di = t[0].idx + od * t[0].taps
+                dw = t[0].wt + od * t[0].taps
+                for oh in range(v.OH):
+                    hi = t[1].idx + oh * t[1].taps
+                    hw = t[1].wt + oh * t[1].taps
+                    for ow in range(v.OW):
+                        wi = t[2].idx + ow * t[2].taps
+                        ww = t[2].wt + ow * t[2].taps
+                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                        for a in range(t[0].taps):
+                            gd = <acc_t>dw[a]
+                            for b in range(t[1].taps):
+                                gh = gd * <acc_t>hw[b]
+                                for e in range(t[2].taps):
+                                    acc[(di[a] * v.H + hi[b]) * v.W + wi[e]] += gh * <acc_t>ww[e] * g
+            _store_plane(v, acc, gi, gdt, n, c)
+
+
+def upsample_separable_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
+                                go_shape, ndim, mode, align_corners, scales):
+    """The adjoint of upsample_separable: grad_input (N, C, D, H, W) accumulates every grad_output
+    element times its weights, in float32 (float64), rounded once."""
+    cdef int gdt = check_dtype(gi_dtype, "upsample_separable_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "upsample_separable_backward go_dtype")
+    cdef Vol v
+    cdef Taps t[3]
+    cdef char* gi
+    cdef const char* go = NULL
+    cdef void* acc = NULL
+    cdef bint single = gdt != DT_FLOAT64
+    memset(t, 0, sizeof(t))
+    _floating(gdt, "upsample_separable_backward")
+    _floating(godt, "upsample_separable_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "upsample_separable_backward")
+    if v.N * v.C * v.D * v.H * v.W == 0:
+        return
+    gi = as_ptr(gi_addr, "upsample_separable_backward gi_addr")
+    if v.OD * v.OH * v.OW:
+        go = as_ptr(go_addr, "upsample_separable_backward go_addr")
+    try:
+        _tap_tables(t, &v, ndim, mode, bool(align_corners), scales, single)
+        acc = _plane_acc(&v, gdt, "upsample_separable_backward")
+        with nogil:
+            if single:
+                _separable_backward(&v, <float*>acc, gi, gdt, go, godt, t)
+            else:
+                _separable_backward(&v, <double*>acc, gi, gdt, go, godt, t)
+    finally:
+        _free_taps(t)
+        free(acc)
+
+
+# -- grid sampling (forward): bilinear / nearest over 2-d or 3-d inputs, bicubic over 2-d
+
+from libc.math cimport fabs, fmod, nearbyint
+
+
+cdef enum:
+    GRID_BILINEAR = 0
+    GRID_NEAREST = 1
+    GRID_BICUBIC = 2
+    PAD_ZEROS = 0
+    PAD_BORDER = 1
+    PAD_REFLECTION = 2
+
+
+cdef inline real_t _unnormalize(real_t coord, Py_ssize_t size, bint align) noexcept nogil:
+    if align:
+        return (coord + 1) / 2 * (size - 1)
+    return ((coord + 1) * size - 1) / 2
+
+
+cdef inline real_t _clip(real_t x, Py_ssize_t size) noexcept nogil:
+    # CPU's std::min(size - 1, std::max(x, 0)), operand order included: a NaN becomes size - 1
+    if x < 0:
+        x = 0
+    return x if x < size - 1 else size - 1
+
+
+cdef inline real_t _reflect(real_t x, Py_ssize_t twice_low, Py_ssize_t twice_high) noexcept nogil:
+    cdef real_t lo, span, extra
+    cdef Py_ssize_t flips
+    if twice_low == twice_high:
+        return 0
+    lo = <real_t>twice_low / 2
+    span = <real_t>(twice_high - twice_low) / 2
+    x = fabs(x - lo)
+    extra = fmod(x, span)
+    flips = <Py_ssize_t>floor(x / span)
+    return extra + lo if flips % 2 == 0 else span - extra + lo
+
+
+cdef inline real_t _coordinates(real_t x, Py_ssize_t size, int padding, bint align) noexcept nogil:
+    if padding == PAD_BORDER:
+        return _clip(x, size)
+    if padding == PAD_REFLECTION:
+        x = _reflect(x, 0, 2 * (size - 1)) if align else _reflect(x, -1, 2 * size - 1)
+        return _clip(x, size)
+    return x
+
+
+cdef inline bint _inside(Py_ssize_t i, Py_ssize_t size) noexcept nogil:
+    return 0 <= i < size
+
+
+cdef struct GridGeom:
+    Py_ssize_t gs[5]       # the grid operand (N, OD, OH, OW, ndim), bytes
+    int gdt, ndim, mode, padding
+    bint align
+
+
+cdef inline real_t _cubic_tap(Vol* v, const char* x, int xdt, Py_ssize_t n, Py_ssize_t c, Py_ssize_t ix,
+                              Py_ssize_t iy, GridGeom* g, real_t kind) noexcept nogil:
+    # CPU's get_value_bounded: the tap coordinate goes through the padding rule, zero outside
+    cdef real_t fx = _coordinates(<real_t>ix, v.W, g.padding, g.align)
+    cdef real_t fy = _coordinates(<real_t>iy, v.H, g.padding, g.align)
+    cdef Py_ssize_t jx = <Py_ssize_t>fx, jy = <Py_ssize_t>fy
+    cdef real_t val
+    if _inside(jx, v.W) and _inside(jy, v.H):
+        load_block(_xat(v, x, n, c, 0, jy, jx), 0, xdt, 1, &val)
+        return val
+    return 0
+
+
+cdef void _grid_sample(Vol* v, GridGeom* g, const char* x, int xdt, const char* grid, char* y, int ydt,
+                       real_t kind) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, x0, y0, z0, a, b, e, i, j
+    cdef real_t gx, gy, gz, ix, iy, iz, tx, ty, tz, s, val, wx, wy, wz, row
+    cdef real_t cx[4]
+    cdef real_t cy[4]
+    cdef real_t A = -0.75
+    cdef const char* gp
+    for n in range(v.N):
+        for od in range(v.OD):
+            for oh in range(v.OH):
+                for ow in range(v.OW):
+                    gp = grid + n * g.gs[0] + od * g.gs[1] + oh * g.gs[2] + ow * g.gs[3]
+                    load_block(gp, 0, g.gdt, 1, &gx)
+                    load_block(gp + g.gs[4], 0, g.gdt, 1, &gy)
+                    gz = 0
+                    if g.ndim == 3:
+                        load_block(gp + 2 * g.gs[4], 0, g.gdt, 1, &gz)
+                    if g.mode == GRID_BICUBIC:
+                        ix = _unnormalize(gx, v.W, g.align)
+                        iy = _unnormalize(gy, v.H, g.align)
+                        x0 = <Py_ssize_t>floor(ix)
+                        y0 = <Py_ssize_t>floor(iy)
+                        tx = ix - x0
+                        ty = iy - y0
+                        cx[0] = _cubic2(<real_t>(tx + 1), A)
+                        cx[1] = _cubic1(tx, A)
+                        cx[2] = _cubic1(<real_t>(1 - tx), A)
+                        cx[3] = _cubic2(<real_t>(2 - tx), A)
+                        cy[0] = _cubic2(<real_t>(ty + 1), A)
+                        cy[1] = _cubic1(ty, A)
+                        cy[2] = _cubic1(<real_t>(1 - ty), A)
+                        cy[3] = _cubic2(<real_t>(2 - ty), A)
+                        for c in range(v.C):
+                            s = 0
+                            for i in range(4):
+                                row = 0
+                                for j in range(4):
+                                    row = row + _cubic_tap(v, x, xdt, n, c, x0 - 1 + j, y0 - 1 + i, g, kind) * cx[j]
+                                s = s + row * cy[i]
+                            store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                        continue
+                    ix = _coordinates(_unnormalize(gx, v.W, g.align), v.W, g.padding, g.align)
+                    iy = _coordinates(_unnormalize(gy, v.H, g.align), v.H, g.padding, g.align)
+                    iz = _coordinates(_unnormalize(gz, v.D, g.align), v.D, g.padding, g.align) if g.ndim == 3 else 0
+                    if g.mode == GRID_NEAREST:
+                        x0 = <Py_ssize_t>nearbyint(ix)
+                        y0 = <Py_ssize_t>nearbyint(iy)
+                        z0 = <Py_ssize_t>nearbyint(iz)
+                        for c in range(v.C):
+                            s = 0
+                            if ix == ix and iy == iy and iz == iz and _inside(x0, v.W) and _inside(y0, v.H) \
+                                    and _inside(z0, v.D):
+                                load_block(_xat(v, x, n, c, z0, y0, x0), 0, xdt, 1, &s)
+                            store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                        continue
+                    # bilinear / trilinear: corner (x0 + a, y0 + b, z0 + e), weight by the distances
+                    x0 = <Py_ssize_t>floor(ix)
+                    y0 = <Py_ssize_t>floor(iy)
+                    z0 = <Py_ssize_t>floor(iz)
+                    tx = ix - x0
+                    ty = iy - y0
+                    tz = iz - z0
+                    for c in range(v.C):
+                        s = 0     # a NaN coordinate reads no corner (CPU: every corner out of bounds)
+                        if ix == ix and iy == iy and iz == iz:
+                            for e in range(2 if g.ndim == 3 else 1):
+                                wz = (tz if e else 1 - tz) if g.ndim == 3 else 1
+                                for b in range(2):
+                                    wy = ty if b else 1 - ty
+                                    for a in range(2):
+                                        wx = tx if a else 1 - tx
+                                        if _inside(x0 + a, v.W) and _inside(y0 + b, v.H) and _inside(z0 + e, v.D):
+                                            load_block(_xat(v, x, n, c, z0 + e, y0 + b, x0 + a), 0, xdt, 1, &val)
+                                            s = s + val * (wx * wy * wz)
+                        store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+
+
+def grid_sample(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, grid_addr, grid_dtype,
+                grid_strides, ndim, mode, padding_mode, align_corners):
+    """y (N, C, OD, OH, OW) = x (N, C, D, H, W) sampled at grid (N, OD, OH, OW, ndim) (x, y[, z]
+    coordinates in [-1, 1]); mode 0 bilinear, 1 nearest, 2 bicubic (ndim 2); padding 0 zeros,
+    1 border, 2 reflection: CPU's GridSampler.h rules, computed in float32 (float64)."""
+    cdef int ydt = check_dtype(y_dtype, "grid_sample y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "grid_sample x_dtype")
+    cdef Vol v
+    cdef GridGeom g
+    cdef char* y
+    cdef const char* x = NULL
+    cdef const char* grid
+    g.gdt = check_dtype(grid_dtype, "grid_sample grid_dtype")
+    g.ndim, g.mode, g.padding = ndim, mode, padding_mode
+    g.align = bool(align_corners)
+    _floating(ydt, "grid_sample")
+    _floating(xdt, "grid_sample")
+    _floating(g.gdt, "grid_sample")
+    if g.ndim not in (2, 3) or g.mode not in (0, 1, 2) or g.padding not in (0, 1, 2) or \
+            (g.mode == GRID_BICUBIC and g.ndim != 2):
+        raise KernelArgumentError(f"grid_sample: unsupported ndim/mode/padding {ndim} {mode} {padding_mode}")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "grid_sample")
+    _byte_strides(grid_strides, 5, g.gdt, g.gs, "grid_sample grid_strides")
+    if g.ndim == 2 and v.D != 1:
+        raise KernelArgumentError("grid_sample: a 2-d sampling needs a padded depth of 1")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    y = as_ptr(y_addr, "grid_sample y_addr")
+    grid = as_ptr(grid_addr, "grid_sample grid_addr")
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("grid_sample: empty input plane")
+    x = as_ptr(x_addr, "grid_sample x_addr")
+    with nogil:
+        if ydt == DT_FLOAT64:
+            _grid_sample(&v, &g, x, xdt, grid, y, ydt, <double>0)
+        else:
+            _grid_sample(&v, &g, x, xdt, grid, y, ydt, <float>0)
+
+
+# -- pairwise distances (cdist, pdist) and their gradients
+
+from libc.math cimport pow as c_pow, sqrt as c_sqrt, isinf as c_isinf
+
+
+cdef inline real_t _dist(const char* a, Py_ssize_t sa, const char* b, Py_ssize_t sb, int dt, Py_ssize_t m,
+                         double p, real_t kind) noexcept nogil:
+    cdef Py_ssize_t k
+    cdef real_t s = 0, u, w, d
+    for k in range(m):
+        load_block(a + k * sa, 0, dt, 1, &u)
+        load_block(b + k * sb, 0, dt, 1, &w)
+        d = fabs(u - w)
+        if p == 0:
+            s = s + (d != 0)
+        elif p == 1:
+            s = s + d
+        elif p == 2:
+            s = s + d * d
+        elif c_isinf(p):
+            if d > s or d != d:
+                s = d
+        else:
+            s = s + <real_t>c_pow(d, p)
+    if p == 2:
+        return <real_t>c_sqrt(s)
+    if p == 0 or p == 1 or c_isinf(p):
+        return s
+    return <real_t>c_pow(s, 1.0 / p)
+
+
+cdef inline real_t _dist_grad(real_t diff, real_t dist, double p) noexcept nogil:
+    """d dist / d x1 of one coordinate difference x1 - x2 (CPU's Distance kernels' rules)."""
+    if p == 0 or dist == 0:
+        return 0
+    if p == 1:
+        return (diff > 0) - (diff < 0)
+    if p == 2:
+        return diff / dist
+    if c_isinf(p):
+        return ((diff > 0) - (diff < 0)) * (fabs(diff) == dist)
+    if p < 2:
+        return ((diff > 0) - (diff < 0)) * <real_t>c_pow(fabs(diff), p - 1) / <real_t>c_pow(dist, p - 1)
+    return diff * <real_t>c_pow(fabs(diff), p - 2) / <real_t>c_pow(dist, p - 1)
+
+
+cdef struct Pairs:
+    Py_ssize_t B, P, R, M
+    Py_ssize_t as_[3]      # x1 (B, P, M), bytes
+    Py_ssize_t bs[3]       # x2 (B, R, M), bytes
+    Py_ssize_t ds[3]       # distances (B, P, R), or (1, 1, pairs) when condensed, bytes
+    int adt, bdt, ddt
+    bint condensed         # pdist: x2 is x1, distances are the condensed upper triangle
+
+
+cdef inline Py_ssize_t _pair(Pairs* q, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
+    # condensed index of i < j among P rows
+    return q.P * i - i * (i + 1) // 2 + j - i - 1
+
+
+cdef void _pairwise(Pairs* q, const char* a, const char* b, char* d, double p, real_t kind) noexcept nogil:
+    cdef Py_ssize_t n, i, j
+    cdef real_t r
+    for n in range(q.B):
+        for i in range(q.P):
+            for j in range(i + 1 if q.condensed else 0, q.R):
+                r = _dist(a + n * q.as_[0] + i * q.as_[1], q.as_[2], b + n * q.bs[0] + j * q.bs[1], q.bs[2],
+                          q.adt, q.M, p, kind)
+                if q.condensed:
+                    store_block(&r, 1, q.ddt, d + _pair(q, i, j) * q.ds[2], 0)
+                else:
+                    store_block(&r, 1, q.ddt, d + n * q.ds[0] + i * q.ds[1] + j * q.ds[2], 0)
+
+
+cdef int _pairs_args(Pairs* q, object a_shape, object a_strides, int adt, object b_shape, object b_strides, int bdt,
+                     object d_strides, int ddt, bint condensed, str what) except -1:
+    cdef Py_ssize_t ash[3]
+    cdef Py_ssize_t bsh[3]
+    _shape(a_shape, 3, ash, what)
+    _shape(b_shape, 3, bsh, what)
+    if ash[0] != bsh[0] or ash[2] != bsh[2] or (condensed and (ash[0] != 1 or bsh[1] != ash[1])):
+        raise KernelArgumentError(f"{what}: mismatched operands {tuple(a_shape)!r} {tuple(b_shape)!r}")
+    q.B, q.P, q.M, q.R = ash[0], ash[1], ash[2], bsh[1]
+    q.adt, q.bdt, q.ddt, q.condensed = adt, bdt, ddt, condensed
+    _byte_strides(a_strides, 3, adt, q.as_, what)
+    _byte_strides(b_strides, 3, bdt, q.bs, what)
+    _byte_strides(d_strides, 3, ddt, q.ds, what)
+    if adt != bdt or adt != ddt:
+        raise KernelArgumentError(f"{what}: operands of one dtype expected")
+    return 0
+
+
+def pairwise_distance(d_addr, d_dtype, d_strides, a_addr, a_dtype, a_strides, a_shape, b_addr, b_dtype, b_strides,
+                      b_shape, p, condensed):
+    """d (B, P, R) = p-norm distances of the rows of a (B, P, M) and b (B, R, M) (cdist), or with
+    ``condensed`` the pdist vector of a (1, P, M)'s pairs i < j (b is a). p = 0 counts nonzero
+    differences, p = inf takes the max. float32 arithmetic (float64 for float64)."""
+    cdef int ddt = check_dtype(d_dtype, "pairwise_distance d_dtype")
+    cdef int adt = check_dtype(a_dtype, "pairwise_distance a_dtype")
+    cdef int bdt = check_dtype(b_dtype, "pairwise_distance b_dtype")
+    cdef Pairs q
+    cdef double pv = float(p)
+    cdef char* d
+    cdef const char* a = NULL
+    cdef const char* b = NULL
+    _floating(adt, "pairwise_distance")
+    if pv < 0 or pv != pv:
+        raise KernelArgumentError(f"pairwise_distance: p must be a non-negative number, got {p!r}")
+    _pairs_args(&q, a_shape, a_strides, adt, b_shape, b_strides, bdt, d_strides, ddt, bool(condensed),
+                "pairwise_distance")
+    if q.B * q.P * q.R == 0:
+        return
+    d = as_ptr(d_addr, "pairwise_distance d_addr")
+    if q.M:
+        a = as_ptr(a_addr, "pairwise_distance a_addr")
+        b = as_ptr(b_addr, "pairwise_distance b_addr")
+    with nogil:
+        if adt == DT_FLOAT64:
+            _pairwise(&q, a, b, d, pv, <double>0)
+        else:
+            _pairwise(&q, a, b, d, pv, <float>0)
+
+
+cdef void _pairwise_backward(Pairs* q, char* gx, Py_ssize_t* gs, int gdt, const char* g, const char* dist,
+                             const char* a, const char* b, double p, real_t* acc) noexcept nogil:
+    # gx[n, i, :] = sum over j of g[n, i, j] * d dist(i, j) / d a[n, i, :]; condensed: both pairs of i
+    cdef Py_ssize_t n, i, j, k, idx
+    cdef real_t gv, dv, u, w
+    for n in range(q.B):
+        for i in range(q.P):
+            for k in range(q.M):
+                acc[k] = 0
+            for j in range(q.R):
+                if q.condensed:
+                    if j == i:
+                        continue
+                    idx = _pair(q, i, j) if i < j else _pair(q, j, i)
+                    load_block(g + idx * q.ds[2], 0, q.ddt, 1, &gv)
+                    load_block(dist + idx * q.ds[2], 0, q.ddt, 1, &dv)
+                else:
+                    load_block(g + n * q.ds[0] + i * q.ds[1] + j * q.ds[2], 0, q.ddt, 1, &gv)
+                    load_block(dist + n * q.ds[0] + i * q.ds[1] + j * q.ds[2], 0, q.ddt, 1, &dv)
+                for k in range(q.M):
+                    load_block(a + n * q.as_[0] + i * q.as_[1] + k * q.as_[2], 0, q.adt, 1, &u)
+                    load_block(b + n * q.bs[0] + j * q.bs[1] + k * q.bs[2], 0, q.bdt, 1, &w)
+                    acc[k] += gv * _dist_grad(u - w, dv, p)
+            store_block(acc, q.M, gdt, gx + n * gs[0] + i * gs[1], gs[2])
+
+
+def pairwise_distance_backward(gx_addr, gx_dtype, gx_strides, g_addr, g_strides, dist_addr, dist_strides,
+                               a_addr, a_dtype, a_strides, a_shape, b_addr, b_strides, b_shape, p, condensed):
+    """grad of pairwise_distance with respect to a (B, P, M): grad and dist have the distances'
+    layout (and a's dtype); accumulated in float32 (float64), one rounding."""
+    cdef int gdt = check_dtype(gx_dtype, "pairwise_distance_backward gx_dtype")
+    cdef int adt = check_dtype(a_dtype, "pairwise_distance_backward a_dtype")
+    cdef Pairs q
+    cdef Py_ssize_t gs[3]
+    cdef Py_ssize_t ds2[3]
+    cdef double pv = float(p)
+    cdef char* gx
+    cdef const char* g
+    cdef const char* dist
+    cdef const char* a
+    cdef const char* b
+    cdef void* acc
+    _floating(adt, "pairwise_distance_backward")
+    _floating(gdt, "pairwise_distance_backward")
+    if pv < 0 or pv != pv:
+        raise KernelArgumentError(f"pairwise_distance_backward: p must be a non-negative number, got {p!r}")
+    _pairs_args(&q, a_shape, a_strides, adt, b_shape, b_strides, adt, g_strides, adt, bool(condensed),
+                "pairwise_distance_backward")
+    _byte_strides(dist_strides, 3, adt, ds2, "pairwise_distance_backward dist_strides")
+    if tuple(dist_strides) != tuple(g_strides):
+        raise KernelArgumentError("pairwise_distance_backward: grad and dist must share one layout")
+    _byte_strides(gx_strides, 3, gdt, gs, "pairwise_distance_backward gx_strides")
+    if q.B * q.P * q.M == 0:
+        return
+    gx = as_ptr(gx_addr, "pairwise_distance_backward gx_addr")
+    a = as_ptr(a_addr, "pairwise_distance_backward a_addr")
+    if q.R == 0 or (q.condensed and q.P < 2):
+        q.R = 0
+        g = dist = b = NULL
+    else:
+        g = as_ptr(g_addr, "pairwise_distance_backward g_addr")
+        dist = as_ptr(dist_addr, "pairwise_distance_backward dist_addr")
+        b = as_ptr(b_addr, "pairwise_distance_backward b_addr")
+    acc = malloc(q.M * (8 if adt == DT_FLOAT64 else 4))
+    if acc == NULL:
+        raise MemoryError("pairwise_distance_backward: cannot allocate the accumulator")
+    with nogil:
+        if adt == DT_FLOAT64:
+            _pairwise_backward(&q, gx, gs, gdt, g, dist, a, b, pv, <double*>acc)
+        else:
+            _pairwise_backward(&q, gx, gs, gdt, g, dist, a, b, pv, <float*>acc)
+    free(acc)
+
+
+# -- fractional max pooling: CPU's pseudo-random intervals from given samples in [0, 1)
+
+cdef inline double _in_dtype(double v, int dt) noexcept nogil:
+    # one c10 scalar operation of the sample's dtype: float arithmetic, rounded to that dtype
+    if dt == DT_FLOAT64:
+        return v
+    return round_to(<float>v, dt)
+
+
+cdef void _intervals(Py_ssize_t* seq, double sample, int dt, Py_ssize_t in_size, Py_ssize_t out_size,
+                     Py_ssize_t pool) noexcept nogil:
+    """ATen's generate_intervals in the sample's dtype."""
+    cdef Py_ssize_t i
+    cdef double alpha
+    if out_size > 1:
+        alpha = _in_dtype(_in_dtype(in_size - pool, dt) / _in_dtype(out_size - 1, dt), dt)
+        for i in range(out_size - 1):
+            seq[i] = <int>_in_dtype(_in_dtype(i + sample, dt) * alpha, dt) - <int>_in_dtype(sample * alpha, dt)
+    if out_size > 0:
+        seq[out_size - 1] = in_size - pool
+
+
+cdef void _fractional3(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+                       const char* smp, int sdt, Py_ssize_t* ss, int ndim, Py_ssize_t* pool,
+                       Py_ssize_t* seq) noexcept nogil:
+    # seq holds OD + OH + OW interval starts; sample j of plane (n, c) drives spatial dim 3 - ndim + j
+    cdef Py_ssize_t n, c, od, oh, ow, id_, ih, iw, idx, j
+    cdef Py_ssize_t* sd = seq
+    cdef Py_ssize_t* sh = seq + v.OD
+    cdef Py_ssize_t* sw = seq + v.OD + v.OH
+    cdef Py_ssize_t ins[3]
+    cdef Py_ssize_t outs[3]
+    cdef Py_ssize_t* seqs[3]
+    cdef double sample, val, best
+    ins[0], ins[1], ins[2] = v.D, v.H, v.W
+    outs[0], outs[1], outs[2] = v.OD, v.OH, v.OW
+    seqs[0], seqs[1], seqs[2] = sd, sh, sw
+    for n in range(v.N):
+        for c in range(v.C):
+            for j in range(3):
+                if j < 3 - ndim:
+                    seqs[j][0] = 0
+                    continue
+                # 2-d samples are (w, h); 3-d (t, h, w): CPU's orders
+                if ndim == 2:
+                    load_block(smp + n * ss[0] + c * ss[1] + (1 - (j - 1)) * ss[2], 0, sdt, 1, &sample)
+                else:
+                    load_block(smp + n * ss[0] + c * ss[1] + j * ss[2], 0, sdt, 1, &sample)
+                _intervals(seqs[j], sample, sdt, ins[j], outs[j], pool[j])
+            for od in range(v.OD):
+                for oh in range(v.OH):
+                    for ow in range(v.OW):
+                        best = -INFINITY
+                        idx = (sd[od] * v.H + sh[oh]) * v.W + sw[ow]
+                        for id_ in range(sd[od], sd[od] + pool[0]):
+                            for ih in range(sh[oh], sh[oh] + pool[1]):
+                                for iw in range(sw[ow], sw[ow] + pool[2]):
+                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                                    if val > best or val != val:
+                                        best = val
+                                        idx = (id_ * v.H + ih) * v.W + iw
+                        store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                        ek_st_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4], idx)
+
+
+def fractional_max_pool(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
+                        x_shape, s_addr, s_dtype, s_strides, ndim, pool):
+    """y, indices (N, C, OD, OH, OW) = max over CPU's fractional windows of x (N, C, D, H, W): the
+    window starts come from samples (N, C, ndim) exactly as ATen's generate_intervals computes them
+    (in the samples' dtype); ``pool`` = (pD, pH, pW), 1 for padded dims. Floating dtypes."""
+    cdef int ydt = check_dtype(y_dtype, "fractional_max_pool y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "fractional_max_pool x_dtype")
+    cdef int sdt = check_dtype(s_dtype, "fractional_max_pool s_dtype")
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef Py_ssize_t ss[3]
+    cdef Py_ssize_t pk[3]
+    cdef Py_ssize_t* seq
+    cdef char* y
+    cdef char* ind
+    cdef const char* x
+    cdef const char* smp
+    cdef int nd = ndim, i
+    _floating(xdt, "fractional_max_pool")
+    _floating(sdt, "fractional_max_pool")
+    if ydt != xdt or nd not in (2, 3):
+        raise KernelArgumentError("fractional_max_pool: y must have x's dtype; ndim must be 2 or 3")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "fractional_max_pool")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "fractional_max_pool ind_strides")
+    _byte_strides(s_strides, 3, sdt, ss, "fractional_max_pool s_strides")
+    _shape(pool, 3, pk, "fractional_max_pool pool")
+    ins = (v.D, v.H, v.W)
+    outs = (v.OD, v.OH, v.OW)
+    for i in range(3):
+        if pk[i] < 1 or outs[i] + pk[i] - 1 > ins[i] or (i < 3 - nd and (pk[i] != 1 or ins[i] != 1)):
+            raise KernelArgumentError(f"fractional_max_pool: pool {pk[i]} and output {outs[i]} do not fit the "
+                                      f"input extent {ins[i]}")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return
+    y = as_ptr(y_addr, "fractional_max_pool y_addr")
+    ind = as_ptr(ind_addr, "fractional_max_pool ind_addr")
+    x = as_ptr(x_addr, "fractional_max_pool x_addr")
+    smp = as_ptr(s_addr, "fractional_max_pool s_addr")
+    seq = <Py_ssize_t*>malloc((v.OD + v.OH + v.OW) * sizeof(Py_ssize_t))
+    if seq == NULL:
+        raise MemoryError("fractional_max_pool: cannot allocate the interval tables")
+    with nogil:
+        _fractional3(&v, x, xdt, y, ydt, ind, is_, smp, sdt, ss, nd, pk, seq)
+    free(seq)
+
+
+# -- embedding bags: sum / mean / max of weight rows over bags of indices
+
+cdef void _embedding_bag(Py_ssize_t B, Py_ssize_t D, Py_ssize_t V, char* out, int odt, Py_ssize_t* os,
+                         const char* w, Py_ssize_t* ws, const char* idx, Py_ssize_t is_, const char* bounds,
+                         Py_ssize_t bs, const char* psw, int pdt, Py_ssize_t ps, int mode, int64_t padding,
+                         char* o2b, Py_ssize_t o2bs, char* bsz, Py_ssize_t bss, char* mx, Py_ssize_t* mxs,
+                         bint count_sum_bags, real_t* acc, int64_t* arg) noexcept nogil:
+    cdef Py_ssize_t b, i, d, lo, hi, count
+    cdef int64_t r
+    cdef real_t scale, val
+    cdef bint first
+    for b in range(B):
+        lo = ek_ld_i64(bounds + b * bs)
+        hi = ek_ld_i64(bounds + (b + 1) * bs)
+        for d in range(D):
+            acc[d] = 0
+            arg[d] = 0
+        count = 0
+        first = True
+        for i in range(lo, hi):
+            r = ek_ld_i64(idx + i * is_)
+            if o2b != NULL:
+                ek_st_i64(o2b + i * o2bs, b)
+            if r == padding:
+                continue
+            count += 1
+            scale = 1
+            if psw != NULL:
+                load_block(psw + i * ps, 0, pdt, 1, &scale)
+            for d in range(D):
+                load_block(w + r * ws[0] + d * ws[1], 0, odt, 1, &val)
+                if mode == 2:
+                    if first or val > acc[d]:
+                        acc[d] = val
+                        arg[d] = r
+                elif psw != NULL:
+                    acc[d] = acc[d] + val * scale
+                else:
+                    acc[d] = acc[d] + val
+            first = False
+        if mode == 1 and count:
+            for d in range(D):
+                acc[d] = acc[d] / <real_t>count
+        store_block(acc, D, odt, out + b * os[0], os[1])
+        if mode == 0 and not count_sum_bags:
+            count = 0
+        ek_st_i64(bsz + b * bss, count)
+        if mode == 2:
+            for d in range(D):
+                ek_st_i64(mx + b * mxs[0] + d * mxs[1], arg[d])
+        else:
+            ek_st_i64(mx + b * mxs[0], count)
+
+
+def embedding_bag(out_addr, out_dtype, out_strides, out_shape, w_addr, w_strides, w_shape, idx_addr, idx_stride,
+                  n_indices, bounds_addr, bounds_stride, psw_addr, psw_dtype, psw_stride, mode, padding_idx,
+                  o2b_addr, o2b_stride, bsz_addr, bsz_stride, mx_addr, mx_strides, count_sum_bags):
+    """out (B, D) = per bag b (indices bounds[b] .. bounds[b + 1]) the sum (mode 0, optionally
+    weighted by per-sample weights), mean (1) or max (2) of weight (V, D) rows; rows equal to
+    padding_idx are skipped. Also CPU's auxiliary outputs: offset2bag (o2b_addr 0 = none),
+    bag_size (0 for sum bags unless count_sum_bags) and max_indices ((B, D) argmax rows for max,
+    else (B,) = bag_size). int64 indices, checked in range by the host. Accumulates in float32
+    (float64 for float64)."""
+    cdef int odt = check_dtype(out_dtype, "embedding_bag out_dtype")
+    cdef int pdt = check_dtype(psw_dtype, "embedding_bag psw_dtype")
+    cdef Py_ssize_t B = out_shape[0], D = out_shape[1], V = w_shape[0], isz = itemsize_of(odt)
+    cdef Py_ssize_t os[2]
+    cdef Py_ssize_t ws[2]
+    cdef Py_ssize_t mxs[2]
+    cdef int md = mode
+    cdef int64_t pad = padding_idx
+    cdef char* out
+    cdef const char* w = NULL
+    cdef const char* idx = NULL
+    cdef const char* bounds
+    cdef const char* psw = NULL
+    cdef char* o2b = NULL
+    cdef char* bsz
+    cdef char* mx
+    cdef void* acc
+    cdef int64_t* arg
+    cdef Py_ssize_t i_s = idx_stride * 8, b_s = bounds_stride * 8, p_s = psw_stride * itemsize_of(pdt)
+    cdef Py_ssize_t o_s = o2b_stride * 8, z_s = bsz_stride * 8
+    cdef bint csb = bool(count_sum_bags)
+    _floating(odt, "embedding_bag")
+    if md not in (0, 1, 2) or w_shape[1] != D:
+        raise KernelArgumentError(f"embedding_bag: bad mode {mode!r} or shapes {tuple(out_shape)} {tuple(w_shape)}")
+    os[0], os[1] = out_strides[0] * isz, out_strides[1] * isz
+    ws[0], ws[1] = w_strides[0] * isz, w_strides[1] * isz
+    mxs[0], mxs[1] = mx_strides[0] * 8, (mx_strides[1] * 8 if len(mx_strides) > 1 else 0)
+    if B == 0:
+        return
+    out = as_ptr(out_addr, "embedding_bag out_addr")
+    bounds = as_ptr(bounds_addr, "embedding_bag bounds_addr")
+    bsz = as_ptr(bsz_addr, "embedding_bag bsz_addr")
+    mx = as_ptr(mx_addr, "embedding_bag mx_addr")
+    if n_indices:
+        idx = as_ptr(idx_addr, "embedding_bag idx_addr")
+        if V * D:
+            w = as_ptr(w_addr, "embedding_bag w_addr")
+        if psw_addr:
+            psw = as_ptr(psw_addr, "embedding_bag psw_addr")
+        if o2b_addr:
+            o2b = as_ptr(o2b_addr, "embedding_bag o2b_addr")
+    acc = malloc((D if D else 1) * 8)
+    arg = <int64_t*>malloc((D if D else 1) * 8)
+    if acc == NULL or arg == NULL:
+        free(acc)
+        free(arg)
+        raise MemoryError("embedding_bag: cannot allocate the accumulators")
+    with nogil:
+        if odt == DT_FLOAT64:
+            _embedding_bag(B, D, V, out, odt, os, w, ws, idx, i_s, bounds, b_s, psw, pdt,
+                           p_s, md, pad, o2b, o_s, bsz, z_s, mx, mxs,
+                           csb, <double*>acc, arg)
+        else:
+            _embedding_bag(B, D, V, out, odt, os, w, ws, idx, i_s, bounds, b_s, psw, pdt,
+                           p_s, md, pad, o2b, o_s, bsz, z_s, mx, mxs,
+                           csb, <float*>acc, arg)
+    free(acc)
+    free(arg)

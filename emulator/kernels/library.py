@@ -125,7 +125,22 @@ _TRANSCENDENTAL = {"exp": 8, "exp2": 8, "expm1": 9, "log": 8, "log2": 8, "log10"
                    "div_floor": 6, "xlogy": 10, "xlog1py": 10, "logaddexp": 18, "logaddexp2": 18,
                    "sigmoid_backward": 2, "tanh_backward": 2, "silu_backward": 12, "gelu_backward": 16,
                    "gelu_tanh_backward": 16, "elu_backward": 10, "softplus_backward": 12, "mish_backward": 24,
-                   "logit_backward": 4, "lerp": 2, "addcmul": 2, "addcdiv": 4}
+                   "logit_backward": 4, "lerp": 2, "addcmul": 2, "addcdiv": 4,
+                   # special functions (_special_math.pxi): the polynomial/Chebyshev terms they sum
+                   # at ~1-2 cycles each plus their exp/log/sin; the iterative ones (incomplete
+                   # gamma, zeta, the n-step polynomial recurrences) at a typical iteration count
+                   "digamma": 30, "polygamma": 120, "erfinv": 40, "i0": 40, "i0e": 34, "i1": 40, "i1e": 34,
+                   "ndtri": 30, "log_ndtr": 30, "erfcx": 30, "entr": 10, "airy_ai": 60, "bessel_j0": 40,
+                   "bessel_j1": 40, "bessel_y0": 50, "bessel_y1": 50, "modified_bessel_k0": 60,
+                   "modified_bessel_k1": 60, "scaled_modified_bessel_k0": 60, "scaled_modified_bessel_k1": 60,
+                   "spherical_bessel_j0": 14, "igamma": 300, "igammac": 300, "zeta": 120,
+                   "chebyshev_polynomial_t": 24, "chebyshev_polynomial_u": 24, "chebyshev_polynomial_v": 24,
+                   "chebyshev_polynomial_w": 24, "shifted_chebyshev_polynomial_t": 24,
+                   "shifted_chebyshev_polynomial_u": 24, "shifted_chebyshev_polynomial_v": 24,
+                   "shifted_chebyshev_polynomial_w": 24, "hermite_polynomial_h": 24, "hermite_polynomial_he": 24,
+                   "laguerre_polynomial_l": 30, "legendre_polynomial_p": 30, "softshrink": 2, "log_sigmoid": 18,
+                   "log_sigmoid_backward": 14, "frexp_mantissa": 2, "frexp_exponent": 2, "nextafter": 2,
+                   "prelu_grad_input": 2}
 
 
 def pointwise_cycles(op: str) -> float:
@@ -729,21 +744,667 @@ def _pointwise_loss_cost(device, op, out, x, *rest):
 
 
 # -- wrappers: FFT (fft.pyx)
+def _fft_dims(dim_mask: int, last: int) -> tuple:
+    """The transformed dims from a launch's scalars: bit d of ``dim_mask`` = dim d is transformed;
+    ``last`` (also in the mask) is the real/half dim of r2c/c2r and is transformed last."""
+    return tuple(d for d in range(dim_mask.bit_length()) if dim_mask >> d & 1 and d != last) + (last,)
+
+
+def _fft(kind: int, out: Operand, inp: Operand, dim_mask: int, last: int, forward: bool, scale: float):
+    """``kind``: 0 c2c, 1 r2c (forward), 2 c2r (inverse); ``scale``: the normalization factor."""
+    _module('fft').fft(kind, out.addr, out.dtype, out.strides, out.shape, inp.addr, inp.dtype, inp.strides,
+                       inp.shape, _fft_dims(dim_mask, last), forward, scale)
+
+
+def _fft_cost(device, kind, out, inp, dim_mask, last, forward, scale):
+    # 5 n log2(n) flops per complex line of length n, for every line of every transformed dim
+    # (the signal extents are the complex side's: the input of c2c/c2r, the full real extent of r2c),
+    # on the vector engine at one flop per lane-cycle; HBM streams the input and the output once.
+    from math import log2
+    signal = out if kind == 2 else inp
+    lines_numel = max(inp.numel, out.numel)
+    flops = 0
+    for d in _fft_dims(dim_mask, last):
+        n = signal.shape[d]
+        if n > 1:
+            flops += 5 * lines_numel * log2(n)
+    flops = int(flops)
+    return _roofline(device, device.vector_engine.elementwise_ns(flops, 1.0), inp.nbytes + out.nbytes, flops)
+
+
+def _complex_parts(mode: int, out: Operand, a: Operand, b: Operand):
+    """``mode`` 0: out = a + ib (aten::complex); 1: out = a cos(b) + i a sin(b) (aten::polar)."""
+    _module('fft').complex_parts(mode, out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides, b.addr,
+                                 b.dtype, b.strides, out.shape)
+
+
+def _complex_parts_cost(device, mode, out, a, b):
+    # complex: a pass that interleaves the parts; polar: a cos and a sin (polynomial sequences, as
+    # the transcendental ops') and two multiplies per element.
+    cycles, flops = (20.0, 22) if mode == 1 else (1.0, 0)
+    return _vector_cost(cycles, flops)(device, out, a, b)
+
+
+def _complex_mul(out: Operand, a: Operand, b: Operand):
+    _module('fft').complex_mul(out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides, b.addr, b.dtype,
+                               b.strides, out.shape)
+
+
 
 
 # -- wrappers: LAPACK linear algebra (lapack.pyx)
+# LAPACK kernels take their operands with the batch shape first; ``nb`` (the number of batch
+# dimensions, a launch immediate) says where the matrix dimensions start. Broadcast batch
+# dimensions arrive as 0 strides. Cost: the flop counts of LAPACK Working Note 41 (multiply and
+# add counted separately), run on the matrix engine as one square GEMM of the same flop count
+# per batch entry, at _LAPACK_EFFICIENCY of its modelled rate (panel factorisations, pivot
+# searches and the QR/eigen/SVD reduction sweeps are latency-bound, not systolic), plus the HBM
+# traffic of every operand once. Constants: LU 2/3 n^3 (square), QR 2 M k^2 - 2/3 k^3, Cholesky
+# and LDL^T 1/3 n^3, triangular/LU/Cholesky solves 2 n^2 nrhs, eigh 9 n^3 with vectors (4/3 n^3
+# without), eig 25 n^3 with vectors (10 n^3 without), SVD 6 M k^2 + 20 k^3 with vectors
+# (4 M k^2 - 4/3 k^3 without), least squares a QR plus 4 m n nrhs.
+_LAPACK_EFFICIENCY = 0.5
+
+
+def _lapack(name: str):
+    def run(nb, *operands_and_params):
+        operands = [o for o in operands_and_params if isinstance(o, Operand)]
+        batch = tuple(operands[0].shape[:nb])
+        getattr(_module('lapack'), name)(batch, *operands_and_params)
+    return run
+
+
+def _lapack_cost(flops_of):
+    """flops_of(*args) -> flops of one batch entry; the first operand's batch counts entries."""
+    def cost(device, nb, *args):
+        operands = [o for o in args if isinstance(o, Operand)]
+        count = prod(operands[0].shape[:nb])
+        flops = int(count * flops_of(*args))
+        edge = max(1, round((flops / max(count, 1) / 2) ** (1 / 3))) if flops else 0
+        ns = count * device.matrix_engine.gemm_ns(edge, edge, edge) / _LAPACK_EFFICIENCY if edge else 0.0
+        return _roofline(device, ns, sum(o.nbytes for o in operands), flops)
+    return cost
+
+
+def _mn(op: Operand):
+    return op.shape[-2], op.shape[-1]
+
+
+def _lu_flops(m, n):
+    k = min(m, n)
+    return 2 * m * n * k - (m + n) * k * k + 2 * k ** 3 / 3
+
+
+def _qr_flops(m, n):
+    k = min(m, n)
+    return 2 * max(m, n) * k * k - 2 * k ** 3 / 3
+
+
+def _solve_flops(a, rhs, *rest):
+    return 2 * a.shape[-1] ** 2 * rhs.shape[-1]
+
+
+def _qr_cost_flops(a, Q, R, tau, qcols, rrows):
+    m, n = _mn(a)
+    k = min(m, n)
+    return _qr_flops(m, n) + (4 * m * qcols * k - 2 * (m + qcols) * k * k + 4 * k ** 3 / 3 if Q is not None and R is not None else 0)
+
+
+def _svd_flops(a, U, S, Vh, full):
+    m, n = _mn(a)
+    k, big = min(m, n), max(m, n)
+    return 6 * big * k * k + 20 * k ** 3 if U is not None else 4 * big * k * k - 4 * k ** 3 / 3
+
+
+def _gels_flops(a, rhs, *rest):
+    m, n = _mn(a)
+    return 2 * _qr_flops(m, n) + 4 * m * n * rhs.shape[-1]
+
+
+_LAPACK_KERNELS = (
+    Kernel("getrf", "matrix", _lapack("getrf"), _lapack_cost(lambda a, *r: _lu_flops(*_mn(a)))),
+    Kernel("getrs", "matrix", _lapack("getrs"), _lapack_cost(lambda lu, piv, rhs, *r: 2 * lu.shape[-1] ** 2 * rhs.shape[-1])),
+    Kernel("lu_unpack", "vector", _lapack("lu_unpack"), _lapack_cost(lambda lu, *r: 0)),
+    Kernel("lu_det", "vector", _lapack("lu_det"), _lapack_cost(lambda lu, *r: 2 * lu.shape[-1])),
+    Kernel("potrf", "matrix", _lapack("potrf"), _lapack_cost(lambda a, *r: a.shape[-1] ** 3 / 3)),
+    Kernel("potrs", "matrix", _lapack("potrs"), _lapack_cost(_solve_flops)),
+    Kernel("potri", "matrix", _lapack("potri"), _lapack_cost(lambda a, *r: 2 * a.shape[-1] ** 3 / 3)),
+    Kernel("sytrf", "matrix", _lapack("sytrf"), _lapack_cost(lambda a, *r: a.shape[-1] ** 3 / 3)),
+    Kernel("sytrs", "matrix", _lapack("sytrs"), _lapack_cost(lambda a, piv, rhs, *r: 2 * a.shape[-1] ** 2 * rhs.shape[-1])),
+    Kernel("qr", "matrix", _lapack("qr"), _lapack_cost(_qr_cost_flops)),
+    Kernel("orgqr", "matrix", _lapack("orgqr"),
+           _lapack_cost(lambda a, tau, out: 4 * a.shape[-2] * a.shape[-1] * tau.shape[-1]
+                        - 2 * (a.shape[-2] + a.shape[-1]) * tau.shape[-1] ** 2 + 4 * tau.shape[-1] ** 3 / 3)),
+    Kernel("ormqr", "matrix", _lapack("ormqr"),
+           _lapack_cost(lambda a, tau, c, out, left, tr: 4 * c.shape[-2] * c.shape[-1] * tau.shape[-1])),
+    Kernel("syevd", "matrix", _lapack("syevd"),
+           _lapack_cost(lambda a, w, v, up: (9 if v is not None else 4 / 3) * a.shape[-1] ** 3)),
+    Kernel("gesdd", "matrix", _lapack("gesdd"), _lapack_cost(_svd_flops)),
+    Kernel("geev", "matrix", _lapack("geev"),
+           _lapack_cost(lambda a, w, v: (25 if v is not None else 10) * a.shape[-1] ** 3)),
+    Kernel("trsm", "matrix", _lapack("trsm"),
+           _lapack_cost(lambda a, rhs, *r: a.shape[-1] * rhs.shape[-2] * rhs.shape[-1])),   # m^2 n (left), m n^2 (right)
+    Kernel("gels", "matrix", _lapack("gels"), _lapack_cost(_gels_flops)),
+)
 
 
 # -- wrappers: selection, scans, searching, histograms (selection.pyx)
+def _order_stat(op: str, values: Operand, indices: Operand | None, src: Operand, dim_mask: int, k: int):
+    """median / nanmedian / kthvalue / mode over the dims of ``dim_mask`` (bit d = dim d reduced);
+    ``values`` / ``indices`` in keepdim form; ``indices`` None for the full median."""
+    dims = tuple(d for d in range(len(src.shape)) if dim_mask >> d & 1)
+    idx_addr, idx_strides = (0, ()) if indices is None else (indices.addr, indices.strides)
+    _module('selection').order_stat(op, values.addr, values.dtype, values.strides, idx_addr, idx_strides, src.addr,
+                                    src.dtype, src.strides, src.shape, dims, k)
+
+
+def _order_stat_cost(device, op, values, indices, src, dim_mask, k):
+    # A sort (mode, median) or a quickselect (kthvalue) per output slot: n log2(n) or ~2n
+    # compare-and-move steps on the vector engine; HBM reads the input once.
+    n = max(1, src.numel // max(values.numel, 1))
+    steps = values.numel * (2 * n if op == "kthvalue" else n * max(1, (n - 1).bit_length()))
+    moved = src.nbytes + values.nbytes + (indices.nbytes if indices is not None else 0)
+    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+
+
+def _cum_select(op: str, out: Operand, indices: Operand | None, src: Operand, dim: int):
+    idx_addr, idx_strides = (0, ()) if indices is None else (indices.addr, indices.strides)
+    _module('selection').cum_select(op, out.addr, out.strides, idx_addr, idx_strides, src.addr, src.dtype,
+                                    src.strides, src.shape, dim)
+
+
+def _cum_select_cost(device, op, out, indices, src, dim):
+    # One compare-and-select (cummax/cummin) or a log1p(exp()) (logcumsumexp) per element.
+    cycles = 18.0 if op == "logcumsumexp" else 2.0
+    moved = src.nbytes + out.nbytes + (indices.nbytes if indices is not None else 0)
+    return _roofline(device, device.vector_engine.elementwise_ns(src.numel, cycles), moved, int(src.numel * cycles))
+
+
+def _search(out: Operand, values: Operand, seq: Operand, sorter: Operand | None, seq_len: int, common_dtype: int,
+            right: bool):
+    """``seq`` / ``sorter`` are described at the values' shape with stride 0 on the last dim; the
+    stride along a row is the ``seq_stride`` kept in their last shape entry's place: the host
+    passes them as (values.shape[:-1] + (seq_len,)) views, and this wrapper splits them."""
+    nd = len(values.shape)
+    row = (lambda o: tuple(o.strides[:-1]) + (0,)) if nd else (lambda o: ())
+    s_strides, s_step = row(seq), seq.strides[-1] if seq.strides else 1
+    if sorter is None:
+        so_addr, so_strides, so_step = 0, (), 0
+    else:
+        so_addr, so_strides, so_step = sorter.addr, row(sorter), sorter.strides[-1] if sorter.strides else 1
+    _module('selection').search(out.addr, out.dtype, out.strides, values.addr, values.dtype, values.strides,
+                                seq.addr, seq.dtype, s_strides, s_step, seq_len, so_addr, so_strides, so_step,
+                                values.shape, common_dtype, right)
+
+
+def _search_cost(device, out, values, seq, sorter, seq_len, common_dtype, right):
+    # A binary search per value: log2(len) dependent loads and compares (sorter loads double them).
+    steps = values.numel * max(1, int(seq_len).bit_length()) * (2 if sorter is not None else 1)
+    touched = min(seq.nbytes, values.numel * max(1, int(seq_len).bit_length()) * dtypes.ITEMSIZE[seq.dtype])
+    moved = values.nbytes + out.nbytes + touched
+    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+
+
+def _histogram(hist: Operand, inp: Operand, weight: Operand | None, algorithm: int, density: bool, *edges):
+    """``inp`` is (N, D); ``hist`` D-dimensional; one 1-D ``edges`` operand per dim."""
+    w_addr, w_strides = (0, (0,)) if weight is None else (weight.addr, weight.strides)
+    _module('selection').histogram(hist.addr, hist.strides, inp.addr, inp.dtype, inp.strides, inp.shape[0], w_addr,
+                                   w_strides, algorithm, density, [(e.addr, e.strides[0], e.shape[0]) for e in edges])
+
+
+def _histogram_cost(device, hist, inp, weight, algorithm, density, *edges):
+    # Per element: a bin position (a divide, or a binary search over the edges) and one
+    # scatter-add; the histogram is written once (and read twice more for density).
+    per = 8.0 if algorithm != 2 else 2.0 * max(1, max(e.numel for e in edges).bit_length())
+    moved = inp.nbytes + (weight.nbytes if weight is not None else 0) + hist.nbytes * (3 if density else 1) \
+        + sum(e.nbytes for e in edges)
+    return _roofline(device, device.vector_engine.elementwise_ns(inp.numel, per), moved, int(inp.numel * per))
+
+
+def _segment_reduce(out: Operand, data: Operand, lengths: Operand, offsets: bool, op: str, has_initial: bool,
+                    initial: float):
+    """``data`` (outer, size_axis, inner), ``out`` (outer, nseg, inner), ``lengths`` (outer, nseg)
+    or offsets (outer, nseg + 1): all contiguous."""
+    outer, size_axis, inner = data.shape
+    _module('selection').segment_reduce(out.addr, data.addr, data.dtype, lengths.addr, lengths.dtype, outer,
+                                        size_axis, inner, out.shape[1], offsets, op, has_initial, initial)
+
+
+def _segment_reduce_backward(grad_input: Operand, grad: Operand, output: Operand, data: Operand, lengths: Operand,
+                             offsets: bool, op: str, has_initial: bool, initial: float):
+    outer, size_axis, inner = data.shape
+    _module('selection').segment_reduce_backward(grad_input.addr, grad.addr, output.addr, data.addr, data.dtype,
+                                                 lengths.addr, lengths.dtype, outer, size_axis, inner, grad.shape[1],
+                                                 offsets, op, has_initial, initial)
+
+
+def _segment_cost(device, out, data, *rest):
+    # One step per data element (prod's backward at zeros costs more; ignored), each operand once.
+    moved = sum(o.nbytes for o in (out, data) + rest if isinstance(o, Operand))
+    n = max(out.numel, data.numel)
+    return _roofline(device, device.vector_engine.elementwise_ns(n, 2.0), moved, n)
+
+
 
 
 # -- wrappers: random sampling and dropout (random.pyx)
+def _exponential(out: Operand, seed: int, offset: int, lambd: float):
+    _module('random').exponential(out.addr, out.dtype, out.strides, out.shape, seed, offset, lambd)
+
+
+def _cauchy(out: Operand, seed: int, offset: int, median: float, sigma: float):
+    _module('random').cauchy(out.addr, out.dtype, out.strides, out.shape, seed, offset, median, sigma)
+
+
+def _log_normal(out: Operand, seed: int, offset: int, mean: float, std: float):
+    _module('random').log_normal(out.addr, out.dtype, out.strides, out.shape, seed, offset, mean, std)
+
+
+def _geometric(out: Operand, seed: int, offset: int, p: float):
+    _module('random').geometric(out.addr, out.dtype, out.strides, out.shape, seed, offset, p)
+
+
+def _multinomial(out: Operand, probs: Operand, seed: int, offset: int):
+    """``out`` (rows, samples) int64, ``probs`` (rows, categories); a 1-D op is described as one row."""
+    rows, categories = probs.shape
+    _module('random').multinomial(out.addr, out.strides, probs.addr, probs.dtype, probs.strides, rows, categories,
+                                  out.shape[1], seed, offset)
+
+
+def _multinomial_cost(device, out, probs, seed, offset):
+    # A cumulative sum over each row, then per sample a Philox draw and a binary search of
+    # log2(categories) compare steps; the rows are read twice (validation, sums).
+    rows, categories = probs.shape
+    steps = 2 * probs.numel + out.numel * (8 + max(1, categories.bit_length()))
+    moved = 2 * probs.nbytes + out.nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(steps, 1.0), moved, steps)
+
+
+def _logspace(out: Operand, steps: int, start: float, end: float, step: float, base: float, single: bool):
+    _module('random').logspace(out.addr, out.dtype, out.strides[0], steps, start, end, step, base, single)
+
+
 
 
 # -- wrappers: indexing extras (indexing.pyx, second block)
+def _hash_xor(out: Operand, src: Operand):
+    """``out`` is described over src's shape, with stride 0 on the reduced dims."""
+    _module('indexing').hash_xor(out.addr, out.strides, src.addr, src.dtype, src.strides, src.shape)
+
+
+def _hash_xor_cost(device, out, src):
+    # One xor per input element (after a widening convert); the input streams once, each
+    # output (the extents where out's stride is not 0) is written twice (cleared, then final).
+    outputs = prod(n for n, st in zip(out.shape, out.strides) if st != 0)
+    moved = src.nbytes + 2 * outputs * 8
+    return _roofline(device, device.vector_engine.elementwise_ns(src.numel + outputs, 2.0), moved, src.numel)
+
+
+def _isin(out: Operand, elements: Operand, test: Operand, compute_dtype: int, invert: bool):
+    _module('indexing').isin(out.addr, out.strides, elements.addr, elements.dtype, elements.strides, elements.shape,
+                             test.addr, test.dtype, test.strides, test.shape, compute_dtype, invert)
+
+
+def _isin_cost(device, out, elements, test, compute_dtype, invert):
+    # Sort the test elements once (m log2 m steps), then a binary search per element.
+    m = max(test.numel, 1)
+    steps = m * max(1, (m - 1).bit_length()) + elements.numel * max(1, m.bit_length())
+    moved = elements.nbytes + test.nbytes + out.nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+
+
+def _nonzero_static(out: Operand, src: Operand, size: int, fill_value: int):
+    _module('indexing').nonzero_static(out.addr, out.strides, size, fill_value, src.addr, src.dtype, src.strides,
+                                       src.shape)
+
+
+def _repeat_interleave(out: Operand, repeats: Operand):
+    _module('indexing').repeat_interleave(out.addr, out.strides[0], out.shape[0], repeats.addr, repeats.dtype,
+                                          repeats.strides[0], repeats.shape[0])
+
+
+def _unique(values: Operand, inverse: Operand, counts: Operand, count: Operand, src: Operand, sort: bool,
+            want_inverse: bool, want_counts: bool):
+    _module('indexing').unique(values.addr, inverse.addr, counts.addr, count.addr, src.addr, src.dtype, src.strides,
+                               src.shape, sort, want_inverse, want_counts)
+
+
+def _unique_dim(firsts: Operand, inverse: Operand, counts: Operand, count: Operand, src: Operand, sort: bool):
+    """``src`` is described with the unique dim first."""
+    _module('indexing').unique_dim(firsts.addr, inverse.addr, counts.addr, count.addr, src.addr, src.dtype,
+                                   src.strides, src.shape, sort)
+
+
+def _unique_dim_cost(device, firsts, inverse, counts, count, src, sort):
+    # A stable merge sort of the n slices, each comparison up to a slice (m elements); then one
+    # pass of slice comparisons. Reads src once into scratch.
+    n = max(src.shape[0], 1)
+    m = max(src.numel // n, 1)
+    steps = ((n * max(1, (n - 1).bit_length())) if sort else 0) * m + n * m
+    moved = src.nbytes + firsts.nbytes + inverse.nbytes + counts.nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(steps, 1.0), moved, steps)
+
+
+def _unique_cost(device, values, inverse, counts, count, src, sort, want_inverse, want_counts):
+    # A stable merge sort of the elements (n log2 n compare-and-move steps; none for the
+    # consecutive form), then one pass writing values, inverse and counts.
+    n = max(src.numel, 1)
+    steps = (n * max(1, (n - 1).bit_length()) if sort else 0) + n
+    moved = 2 * src.nbytes + (n * 8 if want_inverse else 0) + (n * 8 if want_counts else 0) + \
+        n * dtypes.ITEMSIZE[src.dtype]
+    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+
+
 
 
 # -- wrappers: pooling and sampling extras (conv.pyx, second block)
+# Operands are 5-d (N, C, D, H, W) views (the host pads 1-d/2-d ones); window ints are scalars.
+
+def _max_pool3d(out: Operand, indices: Operand, x: Operand, *window):
+    _module('conv').max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), window)
+
+
+def _adaptive_max_pool3d(out: Operand, indices: Operand, x: Operand):
+    _module('conv').adaptive_max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x))
+
+
+def _pool_index_backward(grad_input: Operand, grad_output: Operand, indices: Operand):
+    _module('conv').pool_index_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
+                                        indices.strides)
+
+
+def _max_unpool(out: Operand, x: Operand, indices: Operand):
+    _module('conv').max_unpool(*_pool_args(out), *_pool_args(x), indices.addr, indices.strides)
+
+
+def _avg_pool3d(out: Operand, x: Operand, *args):
+    """``args`` = kernel, stride, padding (3 ints each), count_include_pad, divisor (0 = none)."""
+    _module('conv').avg_pool3d(*_pool_args(out), *_pool_args(x), args[:9], args[9], args[10])
+
+
+def _avg_pool3d_backward(grad_input: Operand, grad_output: Operand, *args):
+    _module('conv').avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), args[:9], args[9],
+                                        args[10])
+
+
+def _adaptive_avg_pool3d(out: Operand, x: Operand):
+    _module('conv').adaptive_avg_pool3d(*_pool_args(out), *_pool_args(x))
+
+
+def _adaptive_avg_pool3d_backward(grad_input: Operand, grad_output: Operand):
+    _module('conv').adaptive_avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
+
+
+def _upsample_nearest3d(out: Operand, x: Operand, exact: bool, sd: float, sh: float, sw: float):
+    _module('conv').upsample_nearest3d(*_pool_args(out), *_pool_args(x), exact, (sd, sh, sw))
+
+
+def _upsample_nearest3d_backward(grad_input: Operand, grad_output: Operand, exact: bool, sd: float, sh: float,
+                                 sw: float):
+    _module('conv').upsample_nearest3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), exact,
+                                                (sd, sh, sw))
+
+
+def _upsample_separable(out: Operand, x: Operand, ndim: int, mode: int, align_corners: bool, sd: float,
+                        sh: float, sw: float):
+    """mode: 0 linear, 1 cubic, 2 antialiased linear, 3 antialiased cubic (conv.pyx)."""
+    _module('conv').upsample_separable(*_pool_args(out), *_pool_args(x), ndim, mode, align_corners, (sd, sh, sw))
+
+
+def _upsample_separable_backward(grad_input: Operand, grad_output: Operand, ndim: int, mode: int,
+                                 align_corners: bool, sd: float, sh: float, sw: float):
+    _module('conv').upsample_separable_backward(*_pool_args(grad_input), *_pool_args(grad_output), ndim, mode,
+                                                align_corners, (sd, sh, sw))
+
+
+def _grid_sample(out: Operand, x: Operand, grid: Operand, ndim: int, mode: int, padding_mode: int,
+                 align_corners: bool):
+    _module('conv').grid_sample(*_pool_args(out), *_pool_args(x), grid.addr, grid.dtype, grid.strides, ndim, mode,
+                                padding_mode, align_corners)
+
+
+def _grid_sample_cost(device, out: Operand, x: Operand, grid: Operand, ndim: int, mode: int, *rest):
+    # per output element: 2**ndim corner reads (16 for bicubic, 1 for nearest) and their weights
+    reads = 16 if mode == 2 else (1 if mode == 1 else 2 ** ndim)
+    moved = out.nbytes + grid.nbytes + min(x.nbytes, out.numel * reads * dtypes.ITEMSIZE[x.dtype])
+    return _roofline(device, device.vector_engine.elementwise_ns(out.numel * reads, 2.0), moved,
+                     out.numel * reads * 2)
+
+
+def _pairwise_distance(dist: Operand, a: Operand, b: Operand, p: float, condensed: bool):
+    _module('conv').pairwise_distance(dist.addr, dist.dtype, dist.strides, *_pool_args(a)[:3], a.shape,
+                                      *_pool_args(b)[:3], b.shape, p, condensed)
+
+
+def _pairwise_distance_backward(grad_a: Operand, grad: Operand, dist: Operand, a: Operand, b: Operand, p: float,
+                                condensed: bool):
+    _module('conv').pairwise_distance_backward(grad_a.addr, grad_a.dtype, grad_a.strides, grad.addr, grad.strides,
+                                               dist.addr, dist.strides, a.addr, a.dtype, a.strides, a.shape,
+                                               b.addr, b.strides, b.shape, p, condensed)
+
+
+def _pairwise_cost(device, dist: Operand, a: Operand, b: Operand, *rest):
+    """Every distance reads its two rows: (pairs x M) differences, 3 vector ops each (sub, abs,
+    accumulate), streamed once from HBM."""
+    work = dist.numel * a.shape[-1] * 3
+    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), dist.nbytes + a.nbytes + b.nbytes, work)
+
+
+def _pairwise_backward_cost(device, grad_a: Operand, grad: Operand, dist: Operand, a: Operand, b: Operand, *rest):
+    # per (pair, coordinate): the difference, its derivative (a power for general p) and the product
+    condensed = bool(rest[1]) if len(rest) > 1 else False    # pdist: each pair feeds two rows
+    work = grad.numel * a.shape[-1] * (2 if condensed else 1) * 5
+    moved = grad_a.nbytes + grad.nbytes + dist.nbytes + a.nbytes + b.nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+
+
+def _fractional_max_pool(out: Operand, indices: Operand, x: Operand, samples: Operand, ndim: int, pd: int, ph: int,
+                         pw: int):
+    _module('conv').fractional_max_pool(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x),
+                                        samples.addr, samples.dtype, samples.strides, ndim, (pd, ph, pw))
+
+
+def _multi_margin_loss(out: Operand, x: Operand, target: Operand, weight, p: int, margin: float, reduction: int):
+    w = (0, dtypes.FLOAT32, 0) if weight is None else (weight.addr, weight.dtype, weight.strides[0])
+    _module('losses').multi_margin_loss(out.addr, out.dtype, out.strides[0], x.addr, x.dtype, x.strides, x.shape,
+                                        target.addr, target.strides[0], *w, p, margin, reduction)
+
+
+def _multi_margin_loss_backward(grad_input: Operand, grad_output: Operand, x: Operand, target: Operand, weight,
+                                p: int, margin: float, reduction: int):
+    w = (0, dtypes.FLOAT32, 0) if weight is None else (weight.addr, weight.dtype, weight.strides[0])
+    _module('losses').multi_margin_loss_backward(grad_input.addr, grad_input.strides, grad_output.addr,
+                                                 grad_output.strides[0], x.addr, x.dtype, x.strides, x.shape,
+                                                 target.addr, target.strides[0], *w, p, margin, reduction)
+
+
+def _multilabel_margin_loss(out: Operand, is_target: Operand, x: Operand, target: Operand, reduction: int):
+    _module('losses').multilabel_margin_loss(out.addr, out.strides[0], is_target.addr, is_target.strides, x.addr,
+                                             x.dtype, x.strides, x.shape, target.addr, target.strides, reduction)
+
+
+def _multilabel_margin_loss_backward(grad_input: Operand, grad_output: Operand, x: Operand, target: Operand,
+                                     is_target: Operand, reduction: int):
+    _module('losses').multilabel_margin_loss_backward(grad_input.addr, grad_input.strides, grad_output.addr,
+                                                      grad_output.strides[0], x.addr, x.dtype, x.strides, x.shape,
+                                                      target.addr, target.strides, is_target.addr, is_target.strides,
+                                                      reduction)
+
+
+def _margin_cost(pairs_per_row):
+    """Margin losses: each (N, C) score row costs C (multi-margin) or C * C (multilabel: every
+    target label against every other class) compare-and-accumulate passes; operands streamed once."""
+    def cost(device, *args):
+        operands = [a for a in args if isinstance(a, Operand)]
+        x = max(operands, key=lambda o: o.numel)
+        n, c = (x.shape + (1, 1))[:2] if len(x.shape) == 2 else (1, x.numel)
+        work = n * c * (c if pairs_per_row else 1) * 3
+        return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), sum(o.nbytes for o in operands),
+                         work)
+    return cost
+
+
+def _ctc_loss(nll: Operand, log_alpha: Operand, log_probs: Operand, targets: Operand, meta: Operand, stride: int,
+              blank: int, max_target: int):
+    """``meta``: int64 (3, N) per-sample target offsets, input lengths, target lengths."""
+    _module('losses').ctc_loss(nll.addr, nll.strides[0], log_alpha.addr, log_alpha.strides, log_probs.addr,
+                               log_probs.dtype, log_probs.strides, log_probs.shape, targets.addr, targets.dtype,
+                               stride, meta.addr, meta.strides, blank, max_target)
+
+
+def _ctc_loss_cost(device, nll: Operand, log_alpha: Operand, log_probs: Operand, targets: Operand, *rest):
+    # the recursion: per (sample, frame, state) 3 loads, 3 exp, 1 log and the adds; a serial chain over frames
+    work = log_alpha.numel * 10
+    moved = nll.nbytes + log_alpha.nbytes + log_probs.nbytes + targets.nbytes + rest[0].nbytes
+    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+
+
+def _embedding_bag(out: Operand, weight: Operand, indices: Operand, bounds: Operand, psw, mode: int,
+                   padding_idx: int, offset2bag, bag_size: Operand, max_indices: Operand):
+    p = (0, dtypes.FLOAT32, 0) if psw is None else (psw.addr, psw.dtype, psw.strides[0])
+    o = (0, 0) if offset2bag is None else (offset2bag.addr, offset2bag.strides[0])
+    _module('conv').embedding_bag(out.addr, out.dtype, out.strides, out.shape, weight.addr, weight.strides,
+                                  weight.shape, indices.addr, indices.strides[0], indices.numel, bounds.addr,
+                                  bounds.strides[0], *p, mode, padding_idx, *o, bag_size.addr, bag_size.strides[0],
+                                  max_indices.addr, max_indices.strides, mode != 0)
+
+
+def _embedding_bag_cost(device, out: Operand, weight: Operand, indices: Operand, *rest):
+    # a gather of one weight row per index (only the rows read cross HBM) and one add per element
+    row = weight.shape[1] * dtypes.ITEMSIZE[weight.dtype]
+    work = indices.numel * weight.shape[1]
+    moved = out.nbytes + indices.nbytes + indices.numel * row
+    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+
+
+def _pool3_window(*args):
+    """Window volume of a 3-d pooling launch: the product of its first three integer arguments."""
+    ints = [a for a in args if type(a) is int]
+    return max(1, ints[0] * ints[1] * ints[2]) if len(ints) >= 3 else 1
+
+
+def _separable_taps(*args):
+    """Source reads per output of a separable interpolation: 2 (linear) or 4 (cubic) per real dim;
+    the antialiased filters read a support-sized window, costed here as that of the cubic."""
+    ndim, mode = [a for a in args if type(a) is int][:2]
+    return (2 if mode == 0 else 4) ** ndim
+
+
+
+
+# -- wrappers: RNN cells (rnn.pyx)
+def _rnn_operand(o: Operand | None):
+    return None if o is None else (o.addr, o.dtype, o.strides)
+
+
+def _lstm_cell(hy: Operand, cy: Operand, workspace: Operand, input_gates: Operand, hidden_gates: Operand,
+               cx: Operand, input_bias: Operand | None, hidden_bias: Operand | None):
+    """One fused LSTM cell step over (B, H): gates (B, 4H), biases (4H,) or None."""
+    B, H = cx.shape
+    _module('rnn').lstm_cell_forward(*(_rnn_operand(o) for o in (hy, cy, workspace, input_gates, hidden_gates, cx,
+                                                                 input_bias, hidden_bias)), B, H)
+
+
+def _lstm_cell_backward(grad_gates: Operand, grad_cx: Operand, grad_hy: Operand | None, grad_cy: Operand | None,
+                        cx: Operand, cy: Operand, workspace: Operand):
+    B, H = cx.shape
+    _module('rnn').lstm_cell_backward(*(_rnn_operand(o) for o in (grad_gates, grad_cx, grad_hy, grad_cy, cx, cy,
+                                                                  workspace)), B, H)
+
+
+def _gru_cell(hy: Operand, workspace: Operand, input_gates: Operand, hidden_gates: Operand, hx: Operand,
+              input_bias: Operand | None, hidden_bias: Operand | None):
+    """One fused GRU cell step over (B, H): gates (B, 3H), workspace (B, 5H), biases (3H,) or None."""
+    B, H = hx.shape
+    _module('rnn').gru_cell_forward(*(_rnn_operand(o) for o in (hy, workspace, input_gates, hidden_gates, hx,
+                                                                input_bias, hidden_bias)), B, H)
+
+
+def _gru_cell_backward(grad_input_gates: Operand, grad_hidden_gates: Operand, grad_hx: Operand, grad_hy: Operand,
+                       workspace: Operand):
+    B, H = grad_hy.shape
+    _module('rnn').gru_cell_backward(*(_rnn_operand(o) for o in (grad_input_gates, grad_hidden_gates, grad_hx,
+                                                                 grad_hy, workspace)), B, H)
+
+
+def _rnn_cell_cost(cycles_per_state: float, flops_per_state: int):
+    """One pass over the (B, H) states: each state element costs a few vector cycles (3-4
+    exp/tanh and a dozen multiply-adds) and every operand streams through HBM once (a bias
+    once, not per row)."""
+    def cost(device, *args):
+        operands = [a for a in args if isinstance(a, Operand)]
+        states = min(o.numel for o in operands if len(o.shape) == 2)
+        moved = sum(o.nbytes for o in operands)
+        return _roofline(device, device.vector_engine.elementwise_ns(states, cycles_per_state), moved,
+                         states * flops_per_state)
+    return cost
+
+
+
+
+# -- wrappers: GradScaler and fused optimizer steps (foreach.pyx)
+def _addr_of(o: Operand | None):
+    return None if o is None else o.addr
+
+
+def _dtype_of(o: Operand | None):
+    return None if o is None else o.dtype
+
+
+def _check_dense(kernel: str, *operands) -> int:
+    """The fused optimizer kernels take dense, contiguous operands of one element count."""
+    n = None
+    for o in operands:
+        if o is None:
+            continue
+        expected, stride = [], 1
+        for extent in reversed(o.shape):
+            expected.append(stride)
+            stride *= extent
+        if o.numel > 1 and tuple(s for s, e in zip(o.strides, o.shape) if e != 1) != \
+                tuple(s for s, e in zip(reversed(expected), o.shape) if e != 1):
+            raise KernelArgumentError(f"{kernel}: operands must be contiguous, got strides {o.strides}")
+        if n is not None and o.numel != n:
+            raise KernelArgumentError(f"{kernel}: operands have {n} and {o.numel} elements")
+        n = o.numel
+    return n
+
+
+def _amp_unscale(grad: Operand, found_inf: Operand, inv_scale: Operand):
+    _module('foreach').amp_unscale(grad.addr, grad.dtype, grad.strides, grad.shape, found_inf.addr, inv_scale.addr)
+
+
+def _amp_update_scale(scale: Operand, growth_tracker: Operand, found_inf: Operand, growth_factor: float,
+                      backoff_factor: float, growth_interval: int):
+    _module('foreach').amp_update_scale(scale.addr, growth_tracker.addr, found_inf.addr, growth_factor,
+                                        backoff_factor, growth_interval)
+
+
+def _fused_adam(param: Operand, grad: Operand, exp_avg: Operand, exp_avg_sq: Operand, max_exp_avg_sq,
+                step: Operand, lr_tensor, lr: float, beta1: float, beta2: float, weight_decay: float, eps: float,
+                adamw: bool, maximize: bool, grad_scale, found_inf):
+    n = _check_dense("fused_adam", param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq)
+    _module('foreach').fused_adam(param.addr, param.dtype, grad.addr, grad.dtype, exp_avg.addr, exp_avg.dtype,
+                                  exp_avg_sq.addr, exp_avg_sq.dtype, _addr_of(max_exp_avg_sq),
+                                  _dtype_of(max_exp_avg_sq), n, step.addr, step.dtype, _addr_of(lr_tensor),
+                                  _dtype_of(lr_tensor), lr, beta1, beta2, weight_decay, eps, adamw, maximize,
+                                  _addr_of(grad_scale), _addr_of(found_inf))
+
+
+def _fused_sgd(param: Operand, grad: Operand, momentum_buffer, lr_tensor, lr: float, weight_decay: float,
+               momentum: float, dampening: float, nesterov: bool, maximize: bool, first_step: bool,
+               grad_scale, found_inf):
+    n = _check_dense("fused_sgd", param, grad, momentum_buffer)
+    _module('foreach').fused_sgd(param.addr, param.dtype, grad.addr, grad.dtype, _addr_of(momentum_buffer),
+                                 _dtype_of(momentum_buffer), n, _addr_of(lr_tensor), _dtype_of(lr_tensor), lr,
+                                 weight_decay, momentum, dampening, nesterov, maximize, first_step,
+                                 _addr_of(grad_scale), _addr_of(found_inf))
+
+
+def _scalar_kernel_cost(device, *args):
+    # A handful of scalar loads and stores: the engine's minimum dispatch plus the bytes.
+    operands = [a for a in args if isinstance(a, Operand)]
+    return _roofline(device, device.vector_engine.elementwise_ns(1, 4.0), sum(o.nbytes for o in operands), 4)
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
@@ -810,11 +1471,69 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("addbmm", "matrix", _addbmm, _bmm_cost),
     Kernel("addr", "vector", _addr, _vector_cost(2.0, 3)),
     # -- FFT (fft.pyx)
+    Kernel("fft", "vector", _fft, _fft_cost),
+    # polar: a cos and a sin per element (polynomial sequences, as the transcendental table's)
+    Kernel("complex_parts", "vector", _complex_parts, _complex_parts_cost),
+    # complex multiply: 4 multiplies and 2 adds per element, on interleaved (re, im) lanes
+    Kernel("complex_mul", "vector", _complex_mul, _vector_cost(2.0, 6)),
     # -- LAPACK linear algebra (lapack.pyx)
+    *_LAPACK_KERNELS,
     # -- selection, scans, searching, histograms (selection.pyx)
+    Kernel("order_stat", "vector", _order_stat, _order_stat_cost),
+    Kernel("cum_select", "vector", _cum_select, _cum_select_cost),
+    Kernel("search", "vector", _search, _search_cost),
+    Kernel("histogram", "vector", _histogram, _histogram_cost),
+    Kernel("segment_reduce", "vector", _segment_reduce, _segment_cost),
+    Kernel("segment_reduce_backward", "vector", _segment_reduce_backward, _segment_cost),
     # -- random sampling and dropout (random.pyx)
+    Kernel("exponential", "vector", _exponential, _vector_cost(12.0)),
+    Kernel("cauchy", "vector", _cauchy, _vector_cost(18.0)),
+    Kernel("log_normal", "vector", _log_normal, _vector_cost(16.0)),
+    Kernel("geometric", "vector", _geometric, _vector_cost(20.0)),
+    Kernel("multinomial", "vector", _multinomial, _multinomial_cost),
+    Kernel("logspace", "vector", _logspace, _vector_cost(16.0)),
     # -- indexing extras (indexing.pyx, second block)
+    Kernel("hash_xor", "vector", _hash_xor, _hash_xor_cost),
+    Kernel("isin", "vector", _isin, _isin_cost),
+    Kernel("nonzero_static", "vector", _nonzero_static, _data_dependent_cost),
+    Kernel("repeat_interleave", "vector", _repeat_interleave, _data_dependent_cost),
+    Kernel("unique", "vector", _unique, _unique_cost),
+    Kernel("unique_dim", "vector", _unique_dim, _unique_dim_cost),
     # -- pooling and sampling extras (conv.pyx, second block)
+    Kernel("max_pool3d", "vector", _max_pool3d, _window_cost(_pool3_window)),
+    Kernel("adaptive_max_pool3d", "vector", _adaptive_max_pool3d, _window_cost(lambda *a: 1)),
+    Kernel("pool_index_backward", "vector", _pool_index_backward, _window_cost(lambda *a: 1)),
+    Kernel("max_unpool", "vector", _max_unpool, _window_cost(lambda *a: 1)),
+    Kernel("avg_pool3d", "vector", _avg_pool3d, _window_cost(_pool3_window)),
+    Kernel("avg_pool3d_backward", "vector", _avg_pool3d_backward, _window_cost(_pool3_window)),
+    Kernel("adaptive_avg_pool3d", "vector", _adaptive_avg_pool3d, _window_cost(lambda *a: 1)),
+    Kernel("adaptive_avg_pool3d_backward", "vector", _adaptive_avg_pool3d_backward, _window_cost(lambda *a: 1)),
+    Kernel("upsample_nearest3d", "vector", _upsample_nearest3d, _window_cost(lambda *a: 1)),
+    Kernel("upsample_nearest3d_backward", "vector", _upsample_nearest3d_backward, _window_cost(lambda *a: 1)),
+    Kernel("upsample_separable", "vector", _upsample_separable, _window_cost(_separable_taps)),
+    Kernel("upsample_separable_backward", "vector", _upsample_separable_backward, _window_cost(_separable_taps)),
+    Kernel("grid_sample", "vector", _grid_sample, _grid_sample_cost),
+    Kernel("embedding_bag", "vector", _embedding_bag, _embedding_bag_cost),
+    Kernel("ctc_loss", "vector", _ctc_loss, _ctc_loss_cost),
+    Kernel("multi_margin_loss", "vector", _multi_margin_loss, _margin_cost(False)),
+    Kernel("multi_margin_loss_backward", "vector", _multi_margin_loss_backward, _margin_cost(False)),
+    Kernel("multilabel_margin_loss", "vector", _multilabel_margin_loss, _margin_cost(True)),
+    Kernel("multilabel_margin_loss_backward", "vector", _multilabel_margin_loss_backward, _margin_cost(True)),
+    Kernel("fractional_max_pool", "vector", _fractional_max_pool, _window_cost(lambda *a: max(1, prod(a[-3:])))),
+    Kernel("pairwise_distance", "vector", _pairwise_distance, _pairwise_cost),
+    Kernel("pairwise_distance_backward", "vector", _pairwise_distance_backward, _pairwise_backward_cost),
+    # -- RNN cells (rnn.pyx)
+    Kernel("lstm_cell", "vector", _lstm_cell, _rnn_cell_cost(12.0, 30)),
+    Kernel("lstm_cell_backward", "vector", _lstm_cell_backward, _rnn_cell_cost(6.0, 25)),
+    Kernel("gru_cell", "vector", _gru_cell, _rnn_cell_cost(10.0, 25)),
+    Kernel("gru_cell_backward", "vector", _gru_cell_backward, _rnn_cell_cost(4.0, 20)),
+    # -- foreach and AMP (foreach.pyx)
+    # unscale: a finiteness test and a multiply per element; Adam: ~8 vector ops and a square
+    # root per element (5 operands streamed); SGD with momentum: ~4 ops (3 operands)
+    Kernel("amp_unscale", "vector", _amp_unscale, _vector_cost(1.0, 2)),
+    Kernel("amp_update_scale", "vector", _amp_update_scale, _scalar_kernel_cost),
+    Kernel("fused_adam", "vector", _fused_adam, _vector_cost(12.0, 16)),
+    Kernel("fused_sgd", "vector", _fused_sgd, _vector_cost(4.0, 5)),
     # -- losses (losses.pyx)
     Kernel("nll_loss2d", "vector", _nll_loss2d, _nll_loss2d_cost),
     Kernel("nll_loss2d_backward", "vector", _nll_loss2d_backward, _nll_loss2d_backward_cost),

@@ -557,3 +557,431 @@ def pointwise_loss_backward(op, grad_input, grad_output, x, y, w, shape, mode, p
                 j0 += cnt
             if wk.ndim <= 1 or not walk_next_row(&wk):
                 break
+
+
+# ---------------------------------------------------------------------------------------------
+# Margin losses over (N, C) scores (pooling and sampling extras): multi_margin_loss and
+# multilabel_margin_loss, forward and backward, in CPU's loop order and its scalar type
+# (float32 for float32, float64 for float64). Targets are int64; the host has checked their
+# range. Reduction: 0 none (out is (N)), 1 mean, 2 sum (out is one element).
+
+from libc.stdlib cimport malloc, free
+
+
+ctypedef fused margin_t:
+    float
+    double
+
+
+cdef inline margin_t _mld(const char* p, int dt, margin_t kind) noexcept nogil:
+    cdef margin_t v
+    load_block(p, 0, dt, 1, &v)
+    return v
+
+
+cdef void _multi_margin(Py_ssize_t N, Py_ssize_t C, const char* x, int xdt, Py_ssize_t xs0, Py_ssize_t xs1,
+                        const char* t, Py_ssize_t ts, const char* w, int wdt, Py_ssize_t ws, int p, double margin,
+                        int reduction, char* out, int odt, Py_ssize_t os, margin_t kind) noexcept nogil:
+    cdef Py_ssize_t i, d
+    cdef int64_t ti
+    cdef margin_t total = 0, s, xt, z, h, m = <margin_t>margin
+    for i in range(N):
+        ti = ek_ld_i64(t + i * ts)
+        xt = _mld(x + i * xs0 + ti * xs1, xdt, kind)
+        s = 0
+        for d in range(C):
+            if d == ti:
+                continue
+            z = m - xt + _mld(x + i * xs0 + d * xs1, xdt, kind)
+            if z > 0:
+                h = z if p == 1 else z * z
+                if w != NULL:
+                    h = h * _mld(w + ti * ws, wdt, kind)
+                s = s + h
+        s = s / <margin_t>C
+        if reduction == 0:
+            store_block(&s, 1, odt, out + i * os, 0)
+        else:
+            total = total + s
+    if reduction != 0:
+        if reduction == 1:
+            total = total / <margin_t>N
+        store_block(&total, 1, odt, out, 0)
+
+
+def multi_margin_loss(out_addr, out_dtype, out_stride, x_addr, x_dtype, x_strides, x_shape, t_addr, t_stride,
+                      w_addr, w_dtype, w_stride, p, margin, reduction):
+    """multi_margin_loss of x (N, C) with int64 targets (N); w_addr 0 = no class weights."""
+    cdef int odt = check_dtype(out_dtype, "multi_margin_loss out_dtype")
+    cdef int xdt = check_dtype(x_dtype, "multi_margin_loss x_dtype")
+    cdef int wdt = check_dtype(w_dtype, "multi_margin_loss w_dtype")
+    cdef Py_ssize_t N = x_shape[0], C = x_shape[1], isz = itemsize_of(xdt)
+    cdef Py_ssize_t xs0 = x_strides[0] * isz, xs1 = x_strides[1] * isz, ts = t_stride * 8
+    cdef Py_ssize_t ws = w_stride * itemsize_of(wdt), os = out_stride * itemsize_of(odt)
+    cdef int pp = p, red = reduction
+    cdef double mg = margin
+    cdef const char* w = NULL
+    cdef const char* x = NULL
+    cdef const char* t = NULL
+    cdef char* out
+    if xdt not in (DT_FLOAT32, DT_FLOAT64) or odt != xdt or pp not in (1, 2) or red not in (0, 1, 2) or C <= 0:
+        raise KernelArgumentError("multi_margin_loss: float32/float64 scores, p 1 or 2, C > 0 expected")
+    if N == 0 and red == 0:
+        return
+    out = as_ptr(out_addr, "multi_margin_loss out_addr")
+    if N:
+        x = as_ptr(x_addr, "multi_margin_loss x_addr")
+        t = as_ptr(t_addr, "multi_margin_loss t_addr")
+    if w_addr:
+        w = as_ptr(w_addr, "multi_margin_loss w_addr")
+    with nogil:
+        if xdt == DT_FLOAT64:
+            _multi_margin(N, C, x, xdt, xs0, xs1, t, ts, w, wdt, ws, pp, mg, red, out, odt, os, <double>0)
+        else:
+            _multi_margin(N, C, x, xdt, xs0, xs1, t, ts, w, wdt, ws, pp, mg, red, out, odt, os, <float>0)
+
+
+cdef void _multi_margin_backward(Py_ssize_t N, Py_ssize_t C, char* gi, Py_ssize_t gs0, Py_ssize_t gs1,
+                                 const char* go, Py_ssize_t gos, const char* x, int xdt, Py_ssize_t xs0,
+                                 Py_ssize_t xs1, const char* t, Py_ssize_t ts, const char* w, int wdt,
+                                 Py_ssize_t ws, int p, double margin, int reduction, margin_t* row) noexcept nogil:
+    cdef Py_ssize_t i, d
+    cdef int64_t ti
+    cdef margin_t g, xt, z, h, scale, m = <margin_t>margin
+    g = <margin_t>(1.0 / (N * C)) if reduction == 1 else <margin_t>(1.0 / C)
+    for i in range(N):
+        ti = ek_ld_i64(t + i * ts)
+        xt = _mld(x + i * xs0 + ti * xs1, xdt, g)
+        row[ti] = 0
+        for d in range(C):
+            if d == ti:
+                continue
+            z = m - xt + _mld(x + i * xs0 + d * xs1, xdt, g)
+            if z > 0:
+                h = g if p == 1 else 2 * g * z
+                if w != NULL:
+                    h = h * _mld(w + ti * ws, wdt, g)
+                row[ti] -= h
+                row[d] = h
+            else:
+                row[d] = 0
+        scale = _mld(go + i * gos, xdt, g)      # gos = 0: the reduced loss's one gradient
+        for d in range(C):
+            row[d] = row[d] * scale
+        store_block(row, C, xdt, gi + i * gs0, gs1)
+
+
+def multi_margin_loss_backward(gi_addr, gi_strides, go_addr, go_stride, x_addr, x_dtype, x_strides, x_shape,
+                               t_addr, t_stride, w_addr, w_dtype, w_stride, p, margin, reduction):
+    """grad_input (N, C) of multi_margin_loss; go_stride 0 for a reduced loss (CPU's formula)."""
+    cdef int xdt = check_dtype(x_dtype, "multi_margin_loss_backward x_dtype")
+    cdef int wdt = check_dtype(w_dtype, "multi_margin_loss_backward w_dtype")
+    cdef Py_ssize_t N = x_shape[0], C = x_shape[1], isz = itemsize_of(xdt)
+    cdef Py_ssize_t xs0 = x_strides[0] * isz, xs1 = x_strides[1] * isz, ts = t_stride * 8
+    cdef Py_ssize_t gs0 = gi_strides[0] * isz, gs1 = gi_strides[1] * isz, gos = go_stride * isz
+    cdef Py_ssize_t ws = w_stride * itemsize_of(wdt)
+    cdef int pp = p, red = reduction
+    cdef double mg = margin
+    cdef const char* w = NULL
+    cdef void* row
+    cdef char* gi
+    cdef const char* go
+    cdef const char* x
+    cdef const char* t
+    if xdt not in (DT_FLOAT32, DT_FLOAT64) or pp not in (1, 2) or red not in (0, 1, 2) or C <= 0:
+        raise KernelArgumentError("multi_margin_loss_backward: float32/float64 scores, p 1 or 2, C > 0 expected")
+    if N == 0:
+        return
+    gi = as_ptr(gi_addr, "multi_margin_loss_backward gi_addr")
+    go = as_ptr(go_addr, "multi_margin_loss_backward go_addr")
+    x = as_ptr(x_addr, "multi_margin_loss_backward x_addr")
+    t = as_ptr(t_addr, "multi_margin_loss_backward t_addr")
+    if w_addr:
+        w = as_ptr(w_addr, "multi_margin_loss_backward w_addr")
+    row = malloc(C * isz)
+    if row == NULL:
+        raise MemoryError("multi_margin_loss_backward: cannot allocate a row")
+    with nogil:
+        if xdt == DT_FLOAT64:
+            _multi_margin_backward(N, C, gi, gs0, gs1, go, gos, x, xdt, xs0, xs1, t, ts, w, wdt, ws, pp, mg, red,
+                                   <double*>row)
+        else:
+            _multi_margin_backward(N, C, gi, gs0, gs1, go, gos, x, xdt, xs0, xs1, t, ts, w, wdt, ws, pp, mg, red,
+                                   <float*>row)
+    free(row)
+
+
+cdef void _multilabel(Py_ssize_t N, Py_ssize_t C, const char* x, int xdt, Py_ssize_t xs0, Py_ssize_t xs1,
+                      const char* t, Py_ssize_t ts0, Py_ssize_t ts1, char* ist, Py_ssize_t is0, Py_ssize_t is1,
+                      int reduction, char* out, Py_ssize_t os, margin_t* row) noexcept nogil:
+    # row: the sample's is_target flags
+    cdef Py_ssize_t i, j, d
+    cdef int64_t tj
+    cdef margin_t total = 0, s, xt, z
+    for i in range(N):
+        for d in range(C):
+            row[d] = 0
+        for j in range(C):
+            tj = ek_ld_i64(t + i * ts0 + j * ts1)
+            if tj < 0:
+                break
+            row[tj] = 1
+        s = 0
+        for j in range(C):
+            tj = ek_ld_i64(t + i * ts0 + j * ts1)
+            if tj < 0:
+                break
+            xt = _mld(x + i * xs0 + tj * xs1, xdt, s)
+            for d in range(C):
+                if row[d] == 0:
+                    z = 1 - xt + _mld(x + i * xs0 + d * xs1, xdt, s)
+                    if z > 0:
+                        s = s + z
+        s = s / <margin_t>C
+        store_block(row, C, xdt, ist + i * is0, is1)
+        if reduction == 0:
+            store_block(&s, 1, xdt, out + i * os, 0)
+        else:
+            total = total + s
+    if reduction != 0:
+        if reduction == 1:
+            total = total / <margin_t>N
+        store_block(&total, 1, xdt, out, 0)
+
+
+def multilabel_margin_loss(out_addr, out_stride, ist_addr, ist_strides, x_addr, x_dtype, x_strides, x_shape,
+                           t_addr, t_strides, reduction):
+    """multilabel_margin_loss of x (N, C) with int64 label lists (N, C) ended by -1; also writes
+    is_target (N, C) in x's dtype."""
+    cdef int xdt = check_dtype(x_dtype, "multilabel_margin_loss x_dtype")
+    cdef Py_ssize_t N = x_shape[0], C = x_shape[1], isz = itemsize_of(xdt)
+    cdef Py_ssize_t xs0 = x_strides[0] * isz, xs1 = x_strides[1] * isz
+    cdef Py_ssize_t ts0 = t_strides[0] * 8, ts1 = t_strides[1] * 8
+    cdef Py_ssize_t is0 = ist_strides[0] * isz, is1 = ist_strides[1] * isz, os = out_stride * isz
+    cdef int red = reduction
+    cdef void* row
+    cdef char* out
+    cdef char* ist = NULL
+    cdef const char* x = NULL
+    cdef const char* t = NULL
+    if xdt not in (DT_FLOAT32, DT_FLOAT64) or red not in (0, 1, 2) or C <= 0:
+        raise KernelArgumentError("multilabel_margin_loss: float32/float64 scores, C > 0 expected")
+    if N == 0 and red == 0:
+        return
+    out = as_ptr(out_addr, "multilabel_margin_loss out_addr")
+    if N:
+        x = as_ptr(x_addr, "multilabel_margin_loss x_addr")
+        t = as_ptr(t_addr, "multilabel_margin_loss t_addr")
+        ist = as_ptr(ist_addr, "multilabel_margin_loss ist_addr")
+    row = malloc(C * isz)
+    if row == NULL:
+        raise MemoryError("multilabel_margin_loss: cannot allocate a row")
+    with nogil:
+        if xdt == DT_FLOAT64:
+            _multilabel(N, C, x, xdt, xs0, xs1, t, ts0, ts1, ist, is0, is1, red, out, os, <double*>row)
+        else:
+            _multilabel(N, C, x, xdt, xs0, xs1, t, ts0, ts1, ist, is0, is1, red, out, os, <float*>row)
+    free(row)
+
+
+cdef void _multilabel_backward(Py_ssize_t N, Py_ssize_t C, char* gi, Py_ssize_t gs0, Py_ssize_t gs1,
+                               const char* go, Py_ssize_t gos, const char* x, int xdt, Py_ssize_t xs0,
+                               Py_ssize_t xs1, const char* t, Py_ssize_t ts0, Py_ssize_t ts1, const char* ist,
+                               Py_ssize_t is0, Py_ssize_t is1, int reduction, margin_t* row) noexcept nogil:
+    cdef Py_ssize_t i, j, d
+    cdef int64_t tj
+    cdef margin_t g, xt, z, scale
+    g = <margin_t>(1.0 / (N * C)) if reduction == 1 else <margin_t>(1.0 / C)
+    for i in range(N):
+        for d in range(C):
+            row[d] = 0
+        for j in range(C):
+            tj = ek_ld_i64(t + i * ts0 + j * ts1)
+            if tj < 0:
+                break
+            xt = _mld(x + i * xs0 + tj * xs1, xdt, g)
+            for d in range(C):
+                if _mld(ist + i * is0 + d * is1, xdt, g) == 0:
+                    z = 1 - xt + _mld(x + i * xs0 + d * xs1, xdt, g)
+                    if z > 0:
+                        row[tj] -= g
+                        row[d] += g
+        scale = _mld(go + i * gos, xdt, g)
+        for d in range(C):
+            row[d] = row[d] * scale
+        store_block(row, C, xdt, gi + i * gs0, gs1)
+
+
+def multilabel_margin_loss_backward(gi_addr, gi_strides, go_addr, go_stride, x_addr, x_dtype, x_strides, x_shape,
+                                    t_addr, t_strides, ist_addr, ist_strides, reduction):
+    cdef int xdt = check_dtype(x_dtype, "multilabel_margin_loss_backward x_dtype")
+    cdef Py_ssize_t N = x_shape[0], C = x_shape[1], isz = itemsize_of(xdt)
+    cdef Py_ssize_t xs0 = x_strides[0] * isz, xs1 = x_strides[1] * isz
+    cdef Py_ssize_t ts0 = t_strides[0] * 8, ts1 = t_strides[1] * 8
+    cdef Py_ssize_t is0 = ist_strides[0] * isz, is1 = ist_strides[1] * isz
+    cdef Py_ssize_t gs0 = gi_strides[0] * isz, gs1 = gi_strides[1] * isz, gos = go_stride * isz
+    cdef int red = reduction
+    cdef void* row
+    cdef char* gi
+    cdef const char* go
+    cdef const char* x
+    cdef const char* t
+    cdef const char* ist
+    if xdt not in (DT_FLOAT32, DT_FLOAT64) or red not in (0, 1, 2) or C <= 0:
+        raise KernelArgumentError("multilabel_margin_loss_backward: float32/float64 scores, C > 0 expected")
+    if N == 0:
+        return
+    gi = as_ptr(gi_addr, "multilabel_margin_loss_backward gi_addr")
+    go = as_ptr(go_addr, "multilabel_margin_loss_backward go_addr")
+    x = as_ptr(x_addr, "multilabel_margin_loss_backward x_addr")
+    t = as_ptr(t_addr, "multilabel_margin_loss_backward t_addr")
+    ist = as_ptr(ist_addr, "multilabel_margin_loss_backward ist_addr")
+    row = malloc(C * isz)
+    if row == NULL:
+        raise MemoryError("multilabel_margin_loss_backward: cannot allocate a row")
+    with nogil:
+        if xdt == DT_FLOAT64:
+            _multilabel_backward(N, C, gi, gs0, gs1, go, gos, x, xdt, xs0, xs1, t, ts0, ts1, ist, is0, is1, red,
+                                 <double*>row)
+        else:
+            _multilabel_backward(N, C, gi, gs0, gs1, go, gos, x, xdt, xs0, xs1, t, ts0, ts1, ist, is0, is1, red,
+                                 <float*>row)
+    free(row)
+
+
+# ---------------------------------------------------------------------------------------------
+# CTC loss forward: CPU's alpha recursion in log space (ctc_loss_cpu_template), in the scores'
+# type. log_alpha (N, T, 2 * Smax + 1) gets -inf outside the recursion's reach (CPU leaves it
+# unwritten; its backward reads only the reached part).
+
+from libc.math cimport exp as c_exp, log as c_log, INFINITY as C_INF
+
+
+cdef inline int64_t _prime(const char* tg, int tdt, Py_ssize_t ts, Py_ssize_t s, int64_t blank) noexcept nogil:
+    cdef int64_t v
+    if s % 2 == 0:
+        return blank
+    load_block(tg + ((s - 1) // 2) * ts, 0, tdt, 1, &v)
+    return v
+
+
+cdef void _ctc(Py_ssize_t N, Py_ssize_t T, Py_ssize_t C, Py_ssize_t S2, const char* lp, int ldt, Py_ssize_t* ls,
+               const char* tg, int tdt, Py_ssize_t* tgoff, Py_ssize_t ts, int64_t* ilen, int64_t* tlen,
+               int64_t blank, char* nll, Py_ssize_t ns, char* la, Py_ssize_t* las, margin_t kind) noexcept nogil:
+    # ls: log_probs (T, N, C) byte strides; las: log_alpha (N, T, S2) byte strides
+    cdef Py_ssize_t b, t, s, L, Tb
+    cdef const char* tgb
+    cdef margin_t la1, la2, la3, lamax, v, l1, l2, m, ninf = -C_INF
+    cdef int64_t cur
+    cdef char* row
+    cdef char* prev
+    for b in range(N):
+        Tb = ilen[b]
+        L = tlen[b]
+        tgb = tg + tgoff[b]
+        for t in range(T):
+            row = la + b * las[0] + t * las[1]
+            for s in range(S2):
+                store_block(&ninf, 1, ldt, row + s * las[2], 0)
+        if Tb > 0:
+            row = la + b * las[0]
+            load_block(lp + b * ls[1] + blank * ls[2], 0, ldt, 1, &v)
+            store_block(&v, 1, ldt, row, 0)
+            if L > 0:
+                load_block(lp + b * ls[1] + _prime(tgb, tdt, ts, 1, blank) * ls[2], 0, ldt, 1, &v)
+                store_block(&v, 1, ldt, row + las[2], 0)
+        for t in range(1, Tb):
+            row = la + b * las[0] + t * las[1]
+            prev = row - las[1]
+            for s in range(2 * L + 1):
+                cur = _prime(tgb, tdt, ts, s, blank)
+                load_block(prev + s * las[2], 0, ldt, 1, &la1)
+                lamax = la1
+                la2 = ninf
+                la3 = ninf
+                if s > 0:
+                    load_block(prev + (s - 1) * las[2], 0, ldt, 1, &la2)
+                    if la2 > lamax:
+                        lamax = la2
+                if s > 1 and _prime(tgb, tdt, ts, s - 2, blank) != cur:
+                    load_block(prev + (s - 2) * las[2], 0, ldt, 1, &la3)
+                    if la3 > lamax:
+                        lamax = la3
+                if lamax == ninf:
+                    lamax = 0
+                load_block(lp + t * ls[0] + b * ls[1] + cur * ls[2], 0, ldt, 1, &v)
+                v = <margin_t>c_log(<margin_t>c_exp(la1 - lamax) + <margin_t>c_exp(la2 - lamax)
+                                    + <margin_t>c_exp(la3 - lamax)) + lamax + v
+                store_block(&v, 1, ldt, row + s * las[2], 0)
+        if Tb == 0:
+            v = 0 if L == 0 else C_INF      # no frames: only an empty target is reachable
+        else:
+            row = la + b * las[0] + (Tb - 1) * las[1]
+            if L == 0:
+                load_block(row, 0, ldt, 1, &v)
+                v = -v
+            else:
+                load_block(row + 2 * L * las[2], 0, ldt, 1, &l1)
+                load_block(row + (2 * L - 1) * las[2], 0, ldt, 1, &l2)
+                m = l1 if l1 > l2 else l2
+                if m == ninf:
+                    m = 0
+                v = -(<margin_t>c_log(<margin_t>c_exp(l1 - m) + <margin_t>c_exp(l2 - m)) + m)
+        store_block(&v, 1, ldt, nll + b * ns, 0)
+
+
+def ctc_loss(nll_addr, nll_stride, la_addr, la_strides, lp_addr, lp_dtype, lp_strides, lp_shape, tg_addr, tg_dtype,
+             tg_stride, meta_addr, meta_strides, blank, max_target):
+    """neg_log_likelihood (N) and log_alpha (N, T, 2 * max_target + 1) of log_probs (T, N, C);
+    ``meta`` is an int64 (3, N) device table: per sample the targets' offset (elements; read with
+    tg_stride), the input length and the target length. Lengths out of range raise."""
+    cdef int ldt = check_dtype(lp_dtype, "ctc_loss lp_dtype")
+    cdef int tdt = check_dtype(tg_dtype, "ctc_loss tg_dtype")
+    cdef Py_ssize_t T = lp_shape[0], N = lp_shape[1], C = lp_shape[2], S2 = 2 * max_target + 1, i
+    cdef Py_ssize_t ls[3]
+    cdef Py_ssize_t las[3]
+    cdef Py_ssize_t ts = tg_stride * itemsize_of(tdt), ns = nll_stride * itemsize_of(ldt)
+    cdef int64_t bl = blank
+    cdef Py_ssize_t* tgoff = NULL
+    cdef int64_t* il = NULL
+    cdef int64_t* tl = NULL
+    cdef char* nll
+    cdef char* la
+    cdef const char* lp
+    cdef const char* tg = NULL
+    if ldt not in (DT_FLOAT32, DT_FLOAT64) or tdt not in (DT_INT32, DT_INT64) or not 0 <= bl < C:
+        raise KernelArgumentError("ctc_loss: float32/float64 log_probs, int32/int64 targets, blank in range")
+    cdef const char* meta
+    cdef Py_ssize_t ms0 = meta_strides[0] * 8, ms1 = meta_strides[1] * 8
+    for i in range(3):
+        ls[i] = lp_strides[i] * itemsize_of(ldt)
+        las[i] = la_strides[i] * itemsize_of(ldt)
+    if N == 0:
+        return
+    nll = as_ptr(nll_addr, "ctc_loss nll_addr")
+    la = as_ptr(la_addr, "ctc_loss la_addr") if T else NULL
+    lp = as_ptr(lp_addr, "ctc_loss lp_addr") if T else NULL
+    if max_target > 0:
+        tg = as_ptr(tg_addr, "ctc_loss tg_addr")
+    tgoff = <Py_ssize_t*>malloc(N * sizeof(Py_ssize_t))
+    il = <int64_t*>malloc(N * sizeof(int64_t))
+    tl = <int64_t*>malloc(N * sizeof(int64_t))
+    try:
+        if tgoff == NULL or il == NULL or tl == NULL:
+            raise MemoryError("ctc_loss: cannot allocate the length tables")
+        meta = as_ptr(meta_addr, "ctc_loss meta_addr")
+        for i in range(N):
+            tgoff[i] = ek_ld_i64(meta + i * ms1) * itemsize_of(tdt)
+            il[i] = ek_ld_i64(meta + ms0 + i * ms1)
+            tl[i] = ek_ld_i64(meta + 2 * ms0 + i * ms1)
+            if not 0 <= il[i] <= T or not 0 <= tl[i] <= max_target:
+                raise KernelArgumentError(f"ctc_loss: lengths {il[i]}, {tl[i]} out of range")
+        with nogil:
+            if ldt == DT_FLOAT64:
+                _ctc(N, T, C, S2, lp, ldt, ls, tg, tdt, tgoff, ts, il, tl, bl, nll, ns, la, las, <double>0)
+            else:
+                _ctc(N, T, C, S2, lp, ldt, ls, tg, tdt, tgoff, ts, il, tl, bl, nll, ns, la, las, <float>0)
+    finally:
+        free(tgoff)
+        free(il)
+        free(tl)

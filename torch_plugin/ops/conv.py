@@ -769,3 +769,942 @@ def upsample_bilinear2d_backward_grad_input(grad_output, output_size, input_size
     return _upsample_backward("upsample_bilinear2d_backward", "aten::upsample_bilinear2d_backward", grad_output,
                               output_size, input_size, (bool(align_corners), _scale(scales_h), _scale(scales_w)),
                               grad_input)
+
+
+# =============================================================================================
+# Second block: 3-d pooling, adaptive max pooling, unpooling and N-d interpolation.
+#
+# The kernels of this block (conv.pyx, second block) take 5-d (N, C, D, H, W) operands: 1-d
+# and 2-d tensors are padded with unit spatial dims by views here, so one kernel serves every
+# rank; plane indices are flat offsets d * H * W + h * W + w, which are CPU's 1-d/2-d indices
+# when the padded extents are 1. Computation: float32 (float64 for float64), one rounding.
+# Left out (a clear error, or the host path when nothing is registered): integer adaptive
+# pooling/unpooling (CPU rejects them too), uint8 interpolation but nearest.
+
+_FLOAT_ONLY = frozenset({torch.float32, torch.float64})
+_NEAREST_DTYPES = FLOATING | {torch.uint8}
+
+
+def _as5(t: torch.Tensor, k: int, batched: bool = True) -> torch.Tensor:
+    """The (N, C, D, H, W) view of an (N, C, *k spatial) tensor ((C, *spatial) when not batched)."""
+    if not batched:
+        t = t.unsqueeze(0)
+    for _ in range(3 - k):
+        t = t.unsqueeze(2)
+    return t
+
+
+def _ints_k(name: str, what: str, values, k: int, default=None) -> tuple:
+    values = tuple(values) if isinstance(values, (list, tuple)) else (values,)
+    if len(values) == 0 and default is not None:
+        return tuple(default)
+    if len(values) == 1:
+        return (int(values[0]),) * k
+    if len(values) != k:
+        raise RuntimeError(f"{name}: {what} must either be a single int, or a tuple of {k} ints")
+    return tuple(int(v) for v in values)
+
+
+def _pool_input_k(name: str, x, k: int) -> bool:
+    """CPU's input checks of a k-d pooling; True when ``x`` has a batch dim."""
+    if x.dim() not in (k + 1, k + 2):
+        raise RuntimeError(f"{name}: Expected {k + 1}D or {k + 2}D (batch mode) tensor with optional 0 dim batch "
+                           f"size for input, but got: {list(x.shape)}")
+    if any(n == 0 for n in x.shape[-(k + 1):]):
+        raise RuntimeError(f"{name}: Expected input's non-batch dimensions to have positive length, but input has "
+                           f"a shape of {list(x.shape)}")
+    return x.dim() == k + 2
+
+
+def _window_k(name, x, k, kernel_size, stride, padding, dilation, ceil_mode):
+    """Checked kernel, stride, padding, dilation (k ints each) and the output extents."""
+    kernel = _ints_k(name, "kernel_size", kernel_size, k)
+    stride = _ints_k(name, "stride", stride, k, default=kernel)
+    padding = _ints_k(name, "padding", padding, k)
+    dilation = _ints_k(name, "dilation", dilation, k)
+    if any(v <= 0 for v in kernel):
+        raise RuntimeError(f"kernel size should be greater than zero, but got {list(kernel)}")
+    if any(v <= 0 for v in stride):
+        raise RuntimeError(f"stride should be greater than zero, but got {list(stride)}")
+    if any(v <= 0 for v in dilation):
+        raise RuntimeError(f"dilation should be greater than zero, but got {list(dilation)}")
+    for p, kk, d in zip(padding, kernel, dilation):
+        if p < 0:
+            raise RuntimeError(f"pad must be non-negative, but got pad: {p}")
+        if p > ((kk - 1) * d + 1) // 2:
+            raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, "
+                               f"kernel_size={kk} and dilation={d}")
+    spatial = tuple(x.shape[-k:])
+    out = tuple(_pool_output(n, kk, p, s, d, ceil_mode)
+                for n, kk, p, s, d in zip(spatial, kernel, padding, stride, dilation))
+    if any(o < 1 for o in out):
+        raise RuntimeError(f"Given input size: ({'x'.join(map(str, x.shape[-(k + 1):]))}). Calculated output size: "
+                           f"({'x'.join(map(str, (x.shape[-(k + 1)],) + out))}). Output size is too small")
+    return kernel, stride, padding, dilation, out
+
+
+def _check_dtype_in(name, x, allowed):
+    if x.dtype not in allowed:
+        raise unsupported_dtype(name, x.dtype, allowed)
+
+
+def _indices_out(name, indices, shape, device, like, *inputs):
+    if indices is not None and indices.dtype != torch.int64:
+        raise RuntimeError(f"Expected out tensor to have dtype long int, but got {indices.dtype} instead")
+    return _output(name, indices, shape, torch.int64, device, like, *inputs)
+
+
+# -- max_pool3d_with_indices
+
+def _max_pool3d(x, kernel_size, stride, padding, dilation, ceil_mode, out=None, indices=None):
+    name = "aten::max_pool3d_with_indices"
+    device = common_device(name, x)
+    _check_dtype_in(name, x, SUPPORTED - {torch.bool})
+    batched = _pool_input_k(name, x, 3)
+    kernel, stride, padding, dilation, osz = _window_k(name, x, 3, kernel_size, stride, padding, dilation,
+                                                       ceil_mode)
+    shape = tuple(x.shape[:-3]) + osz
+    out = _output(name, out, shape, x.dtype, device, x, x)
+    indices = _indices_out(name, indices, shape, device, x, x, out)
+    if out.numel():
+        rt().launch("max_pool3d", (device_ref(_as5(out, 3, batched)), device_ref(_as5(indices, 3, batched)),
+                                   device_ref(_as5(x, 3, batched))) + kernel + stride + padding + dilation,
+                    current_stream(device))
+    return out, indices
+
+
+def max_pool3d_with_indices(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode)
+
+
+def max_pool3d_with_indices_out(self, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, *, out,
+                                indices):
+    return _max_pool3d(self, kernel_size, stride, padding, dilation, ceil_mode, out, indices)
+
+
+def _index_backward(name, grad_output, x, indices, expected, k, grad_input):
+    """grad_input = scatter-add of grad_output at the (flat plane) indices of a k-d max pooling."""
+    device = common_device(name, grad_output, x, indices)
+    _floating_input(name, x)
+    _check_grad(name, grad_output, expected, x.dtype)
+    if indices.dtype != torch.int64 or tuple(indices.shape) != tuple(expected):
+        raise RuntimeError(f"{name}: expected int64 indices of size {list(expected)}, got {indices.dtype} "
+                           f"{list(indices.shape)}")
+    grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x, indices)
+    if grad_input.numel():
+        batched = x.dim() == k + 2
+        rt().launch("pool_index_backward", (device_ref(_as5(grad_input, k, batched)),
+                                            device_ref(_as5(grad_output, k, batched)),
+                                            device_ref(_as5(indices, k, batched))), current_stream(device))
+    return grad_input
+
+
+def _max_pool3d_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices,
+                         grad_input=None):
+    name = "aten::max_pool3d_with_indices_backward"
+    _pool_input_k(name, x, 3)
+    *_, osz = _window_k(name, x, 3, kernel_size, stride, padding, dilation, ceil_mode)
+    return _index_backward(name, grad_output, x, indices, tuple(x.shape[:-3]) + osz, 3, grad_input)
+
+
+def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
+                                     indices):
+    return _max_pool3d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
+
+
+def max_pool3d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation,
+                                                ceil_mode, indices, *, grad_input):
+    return _max_pool3d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,
+                                grad_input)
+
+
+# -- adaptive max pooling (2-d and 3-d; 1-d reaches 2-d)
+
+def _adaptive_size(name, x, output_size, k):
+    fn = f"adaptive_max_pool{k}d()"
+    if x.dim() not in (k + 1, k + 2):
+        raise RuntimeError(f"{fn}: Expected {k + 1}D or {k + 2}D tensor, but got: {list(x.shape)}")
+    for d in range(1, x.dim()):
+        if x.shape[d] == 0:
+            raise RuntimeError(f"{fn}: Expected input to have non-zero size for non-batch dimensions, but input "
+                               f"has sizes {list(x.shape)} with dimension {d} being empty")
+    size = tuple(int(s) for s in output_size)
+    if len(size) != k:
+        raise RuntimeError(f"{fn}: internal error: output_size.size() must be {k}")
+    if any(s < 0 for s in size):
+        raise RuntimeError(f"{fn}: elements of output_size must be greater than or equal to 0")
+    return size
+
+
+def _adaptive_max(k, x, output_size, out=None, indices=None):
+    name = f"aten::adaptive_max_pool{k}d"
+    device = common_device(name, x)
+    _floating_input(name, x)
+    size = _adaptive_size(name, x, output_size, k)
+    shape = tuple(x.shape[:-k]) + size
+    out = _output(name, out, shape, x.dtype, device, x, x)
+    indices = _indices_out(name, indices, shape, device, x, x, out)
+    if out.numel():
+        batched = x.dim() == k + 2
+        rt().launch("adaptive_max_pool3d", (device_ref(_as5(out, k, batched)), device_ref(_as5(indices, k, batched)),
+                                            device_ref(_as5(x, k, batched))), current_stream(device))
+    return out, indices
+
+
+def adaptive_max_pool2d(self, output_size):
+    return _adaptive_max(2, self, output_size)
+
+
+def adaptive_max_pool2d_out(self, output_size, *, out, indices):
+    return _adaptive_max(2, self, output_size, out, indices)
+
+
+def adaptive_max_pool3d(self, output_size):
+    return _adaptive_max(3, self, output_size)
+
+
+def adaptive_max_pool3d_out(self, output_size, *, out, indices):
+    return _adaptive_max(3, self, output_size, out, indices)
+
+
+def _adaptive_max_backward(k, grad_output, x, indices, grad_input=None):
+    name = f"aten::adaptive_max_pool{k}d_backward"
+    _adaptive_size(name, x, grad_output.shape[-k:], k)
+    if grad_output.dim() != x.dim() or grad_output.shape[:-k] != x.shape[:-k]:
+        raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} does not match the input of "
+                           f"size {list(x.shape)}")
+    return _index_backward(name, grad_output, x, indices, tuple(grad_output.shape), k, grad_input)
+
+
+def adaptive_max_pool2d_backward(grad_output, self, indices):
+    return _adaptive_max_backward(2, grad_output, self, indices)
+
+
+def adaptive_max_pool2d_backward_grad_input(grad_output, self, indices, *, grad_input):
+    return _adaptive_max_backward(2, grad_output, self, indices, grad_input)
+
+
+def adaptive_max_pool3d_backward(grad_output, self, indices):
+    return _adaptive_max_backward(3, grad_output, self, indices)
+
+
+def adaptive_max_pool3d_backward_grad_input(grad_output, self, indices, *, grad_input):
+    return _adaptive_max_backward(3, grad_output, self, indices, grad_input)
+
+
+# -- max unpooling
+
+def _check_unpool_indices(name, indices, plane, size):
+    """CPU's "invalid max index" error, raised before the launch (a kernel fault would poison the
+    context): the index range comes from a device reduction, read with one synchronisation."""
+    if indices.numel() == 0:
+        return
+    lo, hi = torch.stack((indices.min(), indices.max())).tolist()
+    if lo < 0 or hi >= plane:
+        bad = lo if lo < 0 else hi
+        raise RuntimeError(f"Found an invalid max index: {bad} (output volumes are of size "
+                           f"{'x'.join(map(str, size))}")
+
+
+def _max_unpool(k, x, indices, output_size, out=None):
+    name = f"aten::max_unpool{k}d"
+    device = common_device(name, x, indices)
+    _floating_input(name, x)
+    if indices.dtype != torch.int64:
+        raise RuntimeError(f"elements in indices should be type int64 but got: {indices.dtype}")
+    size = tuple(int(s) for s in output_size)
+    if len(size) != k:
+        raise RuntimeError(f"There should be exactly {k} elements (depth, height, width) in output_size, but got "
+                           f"{len(size)} elements." if k == 3 else
+                           f"There should be exactly two elements (height, width) in output_size, but got "
+                           f"{len(size)} elements.")
+    if x.dim() not in (k + 1, k + 2):
+        raise RuntimeError(f"Input to max_unpooling{k}d should be a {k + 1}d or {k + 2}d Tensor, but got a tensor "
+                           f"with {x.dim()} dimensions.")
+    if tuple(x.shape) != tuple(indices.shape):
+        raise RuntimeError(f"Expected shape of indices to be same as that of the input tensor ({list(x.shape)}) "
+                           f"but got indices tensor with shape: {list(indices.shape)}")
+    for d in range(1, x.dim()):
+        if x.shape[d] <= 0:
+            raise RuntimeError(f"max_unpooling{k}d(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but got {list(x.shape)} with dimension {d} being empty.")
+    shape = tuple(x.shape[:-k]) + size
+    _check_unpool_indices(name, indices, prod(size), size)
+    out = _output(name, out, shape, x.dtype, device, x, x, indices)
+    if out.numel():
+        batched = x.dim() == k + 2
+        rt().launch("max_unpool", (device_ref(_as5(out, k, batched)), device_ref(_as5(x, k, batched)),
+                                   device_ref(_as5(indices, k, batched))), current_stream(device))
+    return out
+
+
+def max_unpool2d(self, indices, output_size):
+    return _max_unpool(2, self, indices, output_size)
+
+
+def max_unpool2d_out(self, indices, output_size, *, out):
+    return _max_unpool(2, self, indices, output_size, out)
+
+
+def _unpool3d_args(stride, padding):
+    stride, padding = tuple(int(s) for s in stride), tuple(int(p) for p in padding)
+    if len(stride) != 3 or len(padding) != 3:
+        raise RuntimeError("max_unpool3d: stride and padding must have 3 elements")
+    if any(s <= 0 for s in stride):
+        raise RuntimeError(f"strides should be greater than zero, but got stride: {list(stride)}")
+
+
+def max_unpool3d(self, indices, output_size, stride, padding):
+    _unpool3d_args(stride, padding)
+    return _max_unpool(3, self, indices, output_size)
+
+
+def max_unpool3d_out(self, indices, output_size, stride, padding, *, out):
+    _unpool3d_args(stride, padding)
+    return _max_unpool(3, self, indices, output_size, out)
+
+
+# -- avg_pool3d
+
+def _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, divisor_override):
+    kernel, stride, padding, _, osz = _window_k(name, x, 3, kernel_size, stride, padding, 1, ceil_mode)
+    if divisor_override is not None and divisor_override == 0:
+        raise RuntimeError("divisor must be not zero")
+    return kernel + stride + padding, osz, (0 if divisor_override is None else int(divisor_override))
+
+
+def _avg_pool3d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out=None):
+    name = "aten::avg_pool3d"
+    device = common_device(name, x)
+    _check_dtype_in(name, x, _FLOAT_ONLY)
+    batched = _pool_input_k(name, x, 3)
+    window, osz, divisor = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    out = _output(name, out, tuple(x.shape[:-3]) + osz, x.dtype, device, x, x)
+    if out.numel():
+        rt().launch("avg_pool3d", (device_ref(_as5(out, 3, batched)), device_ref(_as5(x, 3, batched))) + window +
+                    (bool(count_include_pad), divisor), current_stream(device))
+    return out
+
+
+def avg_pool3d(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+               divisor_override=None):
+    return _avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+
+
+def avg_pool3d_out(self, kernel_size, stride=(), padding=0, ceil_mode=False, count_include_pad=True,
+                   divisor_override=None, *, out):
+    return _avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out)
+
+
+def _avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override, grad_input=None):
+    name = "aten::avg_pool3d_backward"
+    device = common_device(name, grad_output, x)
+    _check_dtype_in(name, x, _FLOAT_ONLY)
+    batched = _pool_input_k(name, x, 3)
+    window, osz, divisor = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    _check_grad(name, grad_output, tuple(x.shape[:-3]) + osz, x.dtype)
+    grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x)
+    if grad_input.numel():
+        rt().launch("avg_pool3d_backward", (device_ref(_as5(grad_input, 3, batched)),
+                                            device_ref(_as5(grad_output, 3, batched))) + window +
+                    (bool(count_include_pad), divisor), current_stream(device))
+    return grad_input
+
+
+def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                        divisor_override):
+    return _avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                divisor_override)
+
+
+def avg_pool3d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                   divisor_override, *, grad_input):
+    return _avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                divisor_override, grad_input)
+
+
+# -- adaptive_avg_pool3d
+
+def _adaptive_avg_pool3d(x, output_size, out=None):
+    name = "aten::_adaptive_avg_pool3d"
+    device = common_device(name, x)
+    _floating_input(name, x)
+    if x.dim() not in (4, 5):
+        raise RuntimeError(f"adaptive_avg_pool3d(): Expected 4D or 5D tensor, but got {list(x.shape)}")
+    for d in range(1, x.dim()):
+        if x.shape[d] == 0:
+            raise RuntimeError(f"adaptive_avg_pool3d(): Expected input to have non-zero size for non-batch "
+                               f"dimensions, but input has sizes {list(x.shape)} with dimension {d} being empty")
+    size = tuple(int(s) for s in output_size)
+    if len(size) != 3:
+        raise RuntimeError("adaptive_avg_pool3d: internal error: output_size.size() must be 3")
+    if any(s < 0 for s in size):
+        raise RuntimeError("adaptive_avg_pool3d: elements of output_size must be greater than or equal to 0")
+    out = _output(name, out, tuple(x.shape[:-3]) + size, x.dtype, device, x, x)
+    if out.numel():
+        batched = x.dim() == 5
+        rt().launch("adaptive_avg_pool3d", (device_ref(_as5(out, 3, batched)), device_ref(_as5(x, 3, batched))),
+                    current_stream(device))
+    return out
+
+
+def adaptive_avg_pool3d(self, output_size):
+    return _adaptive_avg_pool3d(self, output_size)
+
+
+def adaptive_avg_pool3d_out(self, output_size, *, out):
+    return _adaptive_avg_pool3d(self, output_size, out)
+
+
+def adaptive_avg_pool3d_backward(grad_output, self):
+    name = "aten::_adaptive_avg_pool3d_backward"
+    device = common_device(name, grad_output, self)
+    _floating_input(name, self)
+    if grad_output.dim() != self.dim() or grad_output.shape[:-3] != self.shape[:-3] or self.dim() not in (4, 5):
+        raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} does not match the input of "
+                           f"size {list(self.shape)}")
+    _check_grad(name, grad_output, grad_output.shape, self.dtype)
+    grad_input = _empty(self.shape, self.dtype, device, _suggest_format(self))
+    if grad_input.numel():
+        batched = self.dim() == 5
+        rt().launch("adaptive_avg_pool3d_backward", (device_ref(_as5(grad_input, 3, batched)),
+                                                     device_ref(_as5(grad_output, 3, batched))),
+                    current_stream(device))
+    return grad_input
+
+
+# -- interpolation over 1-3 spatial dims
+
+_AXES = ("D", "H", "W")
+
+
+def _upsample_check_k(k, input_size, output_size):
+    output_size = tuple(int(s) for s in output_size)
+    input_size = tuple(int(s) for s in input_size)
+    if len(output_size) != k:
+        raise RuntimeError(f"It is expected output_size equals to {k}, but got size {len(output_size)}")
+    if len(input_size) != k + 2:
+        raise RuntimeError(f"It is expected input_size equals to {k + 2}, but got size {len(input_size)}")
+    if not all(s > 0 for s in input_size[2:]) or not all(s > 0 for s in output_size):
+        axes = _AXES[3 - k:]
+        ins = ", ".join(f"{a}: {s}" for a, s in zip(axes, input_size[2:]))
+        outs = ", ".join(f"{a}: {s}" for a, s in zip(axes, output_size))
+        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({ins}) output ({outs})")
+    return input_size, output_size
+
+
+def _scales3(k, scales):
+    """The (d, h, w) scales of a launch: 0 (none given) for the padded and the unspecified dims."""
+    scales = tuple(scales) + (None,) * (k - len(scales))   # the dispatcher drops trailing defaults
+    return (0.0,) * (3 - k) + tuple(_scale(s) for s in scales)
+
+
+def _upsample_k(kernel, name, k, x, output_size, extra, out, allowed):
+    device = common_device(name, x)
+    _check_dtype_in(name, x, allowed)
+    if x.dim() != k + 2 or x.numel() == 0 and any(n == 0 for n in x.shape[1:]):
+        raise RuntimeError(f"Non-empty {k + 2}D data tensor expected but got a tensor with sizes {list(x.shape)}")
+    _, size = _upsample_check_k(k, x.shape, output_size)
+    out = _output(name, out, tuple(x.shape[:2]) + size, x.dtype, device, x, x)
+    if out.numel():
+        rt().launch(kernel, (device_ref(_as5(out, k)), device_ref(_as5(x, k))) + extra, current_stream(device))
+    return out
+
+
+def _upsample_backward_k(kernel, name, k, grad_output, output_size, input_size, extra, grad_input):
+    device = common_device(name, grad_output)
+    _floating_input(name, grad_output)
+    input_size, output_size = _upsample_check_k(k, input_size, output_size)
+    expected = tuple(input_size[:2]) + output_size
+    if tuple(grad_output.shape) != expected:
+        raise RuntimeError(f"Expected grad_output to have the same shape as output; output.size({len(expected)}) "
+                           f"= {list(expected)} but got grad_output.size = {list(grad_output.shape)}")
+    grad_input = _output(name, grad_input, input_size, grad_output.dtype, device, grad_output, grad_output)
+    if grad_input.numel():
+        rt().launch(kernel, (device_ref(_as5(grad_input, k)), device_ref(_as5(grad_output, k))) + extra,
+                    current_stream(device))
+    return grad_input
+
+
+def _nearest_ops(k, exact):
+    """Forward, .out, backward and .grad_input kernels of upsample_nearest{k}d / _upsample_nearest_exact{k}d."""
+    op = f"_upsample_nearest_exact{k}d" if exact else f"upsample_nearest{k}d"
+
+    def forward(self, output_size, *scales, out=None):
+        return _upsample_k("upsample_nearest3d", f"aten::{op}", k, self, output_size,
+                           (bool(exact),) + _scales3(k, scales), out, _NEAREST_DTYPES)
+
+    def backward(grad_output, output_size, input_size, *scales, grad_input=None):
+        return _upsample_backward_k("upsample_nearest3d_backward", f"aten::{op}_backward", k, grad_output,
+                                    output_size, input_size, (bool(exact),) + _scales3(k, scales), grad_input)
+    forward.__name__, backward.__name__ = op, f"{op}_backward"
+    return forward, backward
+
+
+upsample_nearest1d, upsample_nearest1d_backward = _nearest_ops(1, False)
+upsample_nearest3d, upsample_nearest3d_backward = _nearest_ops(3, False)
+upsample_nearest_exact1d, upsample_nearest_exact1d_backward = _nearest_ops(1, True)
+upsample_nearest_exact2d, upsample_nearest_exact2d_backward = _nearest_ops(2, True)
+upsample_nearest_exact3d, upsample_nearest_exact3d_backward = _nearest_ops(3, True)
+
+# upsample_separable filter modes (conv.pyx)
+_LINEAR, _CUBIC, _AA_LINEAR, _AA_CUBIC = 0, 1, 2, 3
+
+
+def _separable_ops(op, k, mode, allowed):
+    """Forward and backward kernels (out= / grad_input= as keywords) of a linear-family upsampling."""
+
+    def forward(self, output_size, align_corners, *scales, out=None):
+        return _upsample_k("upsample_separable", f"aten::{op}", k, self, output_size,
+                           (k, mode, bool(align_corners)) + _scales3(k, scales), out, allowed)
+
+    def backward(grad_output, output_size, input_size, align_corners, *scales, grad_input=None):
+        return _upsample_backward_k("upsample_separable_backward", f"aten::{op}_backward", k, grad_output,
+                                    output_size, input_size, (k, mode, bool(align_corners)) + _scales3(k, scales),
+                                    grad_input)
+    forward.__name__, backward.__name__ = op, f"{op}_backward"
+    return forward, backward
+
+
+upsample_linear1d, upsample_linear1d_backward = _separable_ops("upsample_linear1d", 1, _LINEAR, FLOATING)
+upsample_trilinear3d, upsample_trilinear3d_backward = _separable_ops("upsample_trilinear3d", 3, _LINEAR, FLOATING)
+upsample_bicubic2d, upsample_bicubic2d_backward = _separable_ops("upsample_bicubic2d", 2, _CUBIC, FLOATING)
+upsample_bilinear2d_aa, upsample_bilinear2d_aa_backward = _separable_ops("_upsample_bilinear2d_aa", 2, _AA_LINEAR,
+                                                                         _FLOAT_ONLY)
+upsample_bicubic2d_aa, upsample_bicubic2d_aa_backward = _separable_ops("_upsample_bicubic2d_aa", 2, _AA_CUBIC,
+                                                                       _FLOAT_ONLY)
+
+
+# -- im2col / col2im (nn.functional.unfold / fold): the convolution's column kernels, per sample
+
+def _unfold_args(name, kernel_size, dilation, padding, stride):
+    kernel = _ints_k(name, "kernel_size", kernel_size, 2)
+    dilation = _ints_k(name, "dilation", dilation, 2)
+    padding = _ints_k(name, "padding", padding, 2)
+    stride = _ints_k(name, "stride", stride, 2)
+    if any(v <= 0 for v in kernel):
+        raise RuntimeError(f"kernel size should be greater than zero, but got kernel_height: {kernel[0]} "
+                           f"kernel_width: {kernel[1]}")
+    if any(v <= 0 for v in dilation):
+        raise RuntimeError(f"dilation should be greater than zero, but got dilation_height: {dilation[0]} "
+                           f"dilation_width: {dilation[1]}")
+    if any(v < 0 for v in padding):
+        raise RuntimeError(f"padding should be non-negative, but got pad_height: {padding[0]} "
+                           f"pad_width: {padding[1]}")
+    if any(v <= 0 for v in stride):
+        raise RuntimeError(f"stride should be greater than zero, but got stride_height: {stride[0]} "
+                           f"stride_width: {stride[1]}")
+    params = _pad3(stride, 2, 1) + _pad3(padding, 2, 0) + _pad3(dilation, 2, 1)
+    return kernel, dilation, padding, stride, params
+
+
+def _blocks(size, kernel, dilation, padding, stride):
+    return tuple((n + 2 * p - (d * (k - 1) + 1)) // s + 1
+                 for n, k, d, p, s in zip(size, kernel, dilation, padding, stride))
+
+
+def _col7(col: torch.Tensor, n: int, channels: int, kernel, grid):
+    """Sample n of an (N, C*kh*kw, L) column tensor as the kernel's 7-d (C, 1, kh, kw, 1, oh, ow)."""
+    s1, s2 = col.stride(1), col.stride(2)
+    shape = (channels, 1) + tuple(kernel) + (1,) + tuple(grid)
+    strides = (s1 * kernel[0] * kernel[1], 0, s1 * kernel[1], s1, 0, s2 * grid[1], s2)
+    return _ref(col, n * col.stride(0), shape, strides)
+
+
+def _im2col_op(x, kernel_size, dilation, padding, stride, out=None):
+    name = "aten::im2col"
+    device = common_device(name, x)
+    _floating_input(name, x)
+    kernel, dilation, padding, stride, params = _unfold_args(name, kernel_size, dilation, padding, stride)
+    if x.dim() not in (3, 4) or any(n == 0 for n in x.shape[-3:]):
+        raise RuntimeError(f"Expected 3D or 4D (batch mode) tensor with possibly 0 batch size and other non-zero "
+                           f"dimensions for input, but got: {list(x.shape)}")
+    batched = x.dim() == 4
+    x4 = x if batched else x.unsqueeze(0)
+    C, H, W = x4.shape[1:]
+    grid = _blocks((H, W), kernel, dilation, padding, stride)
+    if any(g < 1 for g in grid):
+        raise RuntimeError(f"Given input with spatial size ({H}, {W}), kernel_size=({kernel[0]}, {kernel[1]}), "
+                           f"dilation=({dilation[0]}, {dilation[1]}), padding=({padding[0]}, {padding[1]}), "
+                           f"calculated shape of the array of sliding blocks as ({grid[0]}, {grid[1]}), but its "
+                           "components must be at least one.")
+    shape = (x4.shape[0], C * kernel[0] * kernel[1], grid[0] * grid[1])
+    out = _output(name, out, shape if batched else shape[1:], x.dtype, device, x, x)
+    o3 = out if batched else out.unsqueeze(0)
+    for n in range(x4.shape[0]):
+        rt().launch("im2col", (_col7(o3, n, C, kernel, grid), _sample_ref(x4, n)) + params, current_stream(device))
+    return out
+
+
+def im2col(self, kernel_size, dilation, padding, stride):
+    return _im2col_op(self, kernel_size, dilation, padding, stride)
+
+
+def im2col_out(self, kernel_size, dilation, padding, stride, *, out):
+    return _im2col_op(self, kernel_size, dilation, padding, stride, out)
+
+
+def _col2im_op(col, output_size, kernel_size, dilation, padding, stride, out=None):
+    name = "aten::col2im"
+    device = common_device(name, col)
+    _floating_input(name, col)
+    kernel, dilation, padding, stride, params = _unfold_args(name, kernel_size, dilation, padding, stride)
+    size = _ints_k(name, "output_size", output_size, 2)
+    if col.dim() not in (2, 3) or any(n == 0 for n in col.shape[-2:]):
+        raise RuntimeError(f"Expected 2D or 3D (batch mode) tensor for input with possibly 0 batch size and "
+                           f"non-zero dimensions for input, but got: {list(col.shape)}")
+    batched = col.dim() == 3
+    c3 = col if batched else col.unsqueeze(0)
+    K = kernel[0] * kernel[1]
+    if c3.shape[1] % K:
+        raise RuntimeError(f"Expected size of input's dimension 1 to be divisible by the product of kernel_size, "
+                           f"but got input.size(1)={c3.shape[1]} and kernel_size=({kernel[0]}, {kernel[1]})")
+    grid = _blocks(size, kernel, dilation, padding, stride)
+    if grid[0] * grid[1] != c3.shape[2] or any(g < 1 for g in grid):
+        raise RuntimeError(f"Given output_size=({size[0]}, {size[1]}), kernel_size=({kernel[0]}, {kernel[1]}), "
+                           f"dilation=({dilation[0]}, {dilation[1]}), padding=({padding[0]}, {padding[1]}), "
+                           f"stride=({stride[0]}, {stride[1]}), expected size of input's dimension 2 to match the "
+                           f"calculated number of sliding blocks {grid[0]} * {grid[1]} = {grid[0] * grid[1]}, but "
+                           f"got input.size(2)={c3.shape[2]}.")
+    C = c3.shape[1] // K
+    shape = (c3.shape[0], C) + size
+    out = _output(name, out, shape if batched else shape[1:], col.dtype, device, col, col)
+    o4 = out if batched else out.unsqueeze(0)
+    for n in range(c3.shape[0]):
+        rt().launch("col2im", (_sample_ref(o4, n), _col7(c3, n, C, kernel, grid), None) + params,
+                    current_stream(device))
+    return out
+
+
+def col2im(self, output_size, kernel_size, dilation, padding, stride):
+    return _col2im_op(self, output_size, kernel_size, dilation, padding, stride)
+
+
+def col2im_out(self, output_size, kernel_size, dilation, padding, stride, *, out):
+    return _col2im_op(self, output_size, kernel_size, dilation, padding, stride, out)
+
+
+# -- channel_shuffle: a composite of device views and one device copy
+
+def channel_shuffle(self, groups):
+    name = "aten::channel_shuffle"
+    common_device(name, self)
+    groups = int(groups)
+    if groups <= 0:
+        raise RuntimeError(f"Number of groups to divide channels in must be positive. Value of groups:{groups}")
+    if self.dim() <= 2:
+        raise RuntimeError(f"channel_shuffle expects input to have at least 3 dimensions, but got input with "
+                           f"sizes {list(self.shape)}")
+    n, c = self.shape[:2]
+    if c % groups:
+        raise RuntimeError(f"Number of channels must be divisible by groups. Got {c} channels and {groups} groups.")
+    rest = tuple(self.shape[2:])
+    out = torch.empty_like(self, memory_format=_suggest_format(self))
+    if out.numel():
+        # out[:, j * g + i] = self[:, i * (C / g) + j]
+        out.view((n, c // groups, groups) + rest).copy_(
+            self.reshape((n, groups, c // groups) + rest).transpose(1, 2))
+    return out
+
+
+# -- grid_sampler_2d / grid_sampler_3d (forward; the backward passes are not native yet)
+
+_GRID_MODES = {0: "bilinear", 1: "nearest", 2: "bicubic"}
+
+
+def _grid_sampler(k, input, grid, interpolation_mode, padding_mode, align_corners):
+    name = f"aten::grid_sampler_{k}d"
+    device = common_device(name, input, grid)
+    # CPU computes float16/bfloat16 sampling coordinates in the reduced dtype itself, rounding at
+    # every step; the device's float32 coordinates would pick other neighbours: rejected instead.
+    _check_dtype_in(name, input, _FLOAT_ONLY)
+    if grid.dtype != input.dtype:
+        raise RuntimeError(f"grid_sampler(): expected input and grid to have same dtype, but input has "
+                           f"{input.dtype} and grid has {grid.dtype}")
+    if input.dim() != k + 2 or grid.dim() != k + 2:
+        raise RuntimeError(f"grid_sampler(): expected {k + 2}D input and grid with same number of dimensions, but "
+                           f"got input with sizes {list(input.shape)} and grid with sizes {list(grid.shape)}")
+    if input.shape[0] != grid.shape[0]:
+        raise RuntimeError(f"grid_sampler(): expected grid and input to have same batch size, but got input with "
+                           f"sizes {list(input.shape)} and grid with sizes {list(grid.shape)}")
+    if grid.shape[-1] != k:
+        raise RuntimeError(f"grid_sampler(): expected grid to have size {k} in last dimension, but got grid with "
+                           f"sizes {list(grid.shape)}")
+    if any(n == 0 for n in input.shape[2:]):
+        raise RuntimeError(f"grid_sampler(): expected input to have non-empty spatial dimensions, but input has "
+                           f"sizes {list(input.shape)} with dimension {2 + list(input.shape[2:]).index(0)} being empty")
+    mode, padding = int(interpolation_mode), int(padding_mode)
+    if mode not in _GRID_MODES or padding not in (0, 1, 2) or (mode == 2 and k != 2):
+        raise RuntimeError(f"{name}: interpolation mode {mode} with padding mode {padding} is not supported "
+                           "(bilinear 0, nearest 1, bicubic 2 for 2-d; padding zeros 0, border 1, reflection 2)")
+    out = _empty((input.shape[0], input.shape[1]) + tuple(grid.shape[1:-1]), input.dtype, device,
+                 _suggest_format(input))
+    if out.numel():
+        g5 = grid if k == 3 else grid.unsqueeze(1)
+        rt().launch("grid_sample", (device_ref(_as5(out, k)), device_ref(_as5(input, k)), device_ref(g5), k, mode,
+                                    padding, bool(align_corners)), current_stream(device))
+    return out
+
+
+def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sampler(2, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+def grid_sampler_3d(input, grid, interpolation_mode, padding_mode, align_corners):
+    return _grid_sampler(3, input, grid, interpolation_mode, padding_mode, align_corners)
+
+
+# -- pairwise distances: _cdist_forward / _cdist_backward, _pdist_forward / _pdist_backward
+
+def _check_p(what, p):
+    p = float(p)
+    if not p >= 0:
+        raise RuntimeError(f"{what} only supports non-negative p values")
+    return p
+
+
+def _batch3(t, batch):
+    """``t`` (..., R, M) expanded to the batch dims and viewed (or copied) as (B, R, M)."""
+    return t.expand(tuple(batch) + tuple(t.shape[-2:])).reshape((prod(batch), t.shape[-2], t.shape[-1]))
+
+
+def _cdist_inputs(name, x1, x2):
+    device = common_device(name, x1, x2)
+    for t in (x1, x2):
+        if t.dtype not in FLOATING:
+            raise RuntimeError(f"cdist only supports floating-point dtypes, X{1 if t is x1 else 2} got: {t.dtype}")
+    if x1.dim() < 2 or x2.dim() < 2:
+        raise RuntimeError(f"cdist only supports at least 2D tensors, X1 got: {x1.dim()}D X2 got: {x2.dim()}D")
+    if x1.shape[-1] != x2.shape[-1]:
+        raise RuntimeError(f"X1 and X2 must have the same number of columns. X1: {x1.shape[-1]} X2: {x2.shape[-1]}")
+    if x1.dtype != x2.dtype:
+        raise RuntimeError(f"cdist: X1 and X2 must have the same dtype, got {x1.dtype} and {x2.dtype}")
+    return device, tuple(torch.broadcast_shapes(x1.shape[:-2], x2.shape[:-2]))
+
+
+def cdist_forward(x1, x2, p, compute_mode=None):
+    name = "aten::_cdist_forward"
+    device, batch = _cdist_inputs(name, x1, x2)
+    p = _check_p("cdist", p)
+    out = _empty(batch + (x1.shape[-2], x2.shape[-2]), x1.dtype, device)
+    if out.numel():
+        a, b = _batch3(x1, batch), _batch3(x2, batch)
+        rt().launch("pairwise_distance", (device_ref(out.view((prod(batch),) + tuple(out.shape[-2:]))),
+                                          device_ref(a), device_ref(b), p, False), current_stream(device))
+    return out
+
+
+def cdist_backward(grad, x1, x2, p, cdist):
+    name = "aten::_cdist_backward"
+    device, batch = _cdist_inputs(name, x1, x2)
+    common_device(name, grad, cdist, x1)
+    p = _check_p("cdist", p)
+    shape = batch + (x1.shape[-2], x2.shape[-2])
+    if tuple(grad.shape) != shape or tuple(cdist.shape) != shape:
+        raise RuntimeError(f"{name}: grad {list(grad.shape)} and cdist {list(cdist.shape)} must have the "
+                           f"distances' size {list(shape)}")
+    B = prod(batch)
+    grad_x1 = _empty((B,) + tuple(x1.shape[-2:]), x1.dtype, device)
+    if grad_x1.numel():
+        if x2.shape[-2] == 0:
+            grad_x1.zero_()
+        else:
+            g = grad.to(x1.dtype).reshape((B,) + shape[-2:]).contiguous()
+            d = cdist.to(x1.dtype).reshape((B,) + shape[-2:]).contiguous()
+            rt().launch("pairwise_distance_backward", (device_ref(grad_x1), device_ref(g), device_ref(d),
+                                                       device_ref(_batch3(x1, batch)), device_ref(_batch3(x2, batch)),
+                                                       p, False), current_stream(device))
+    grad_x1 = grad_x1.view(batch + tuple(x1.shape[-2:]))
+    return grad_x1.sum_to_size(x1.shape) if tuple(grad_x1.shape) != tuple(x1.shape) else grad_x1
+
+
+def _pdist_input(name, x, p):
+    device = common_device(name, x)
+    if x.dim() != 2:
+        raise RuntimeError(f"pdist only supports 2D tensors, got: {x.dim()}D")
+    if x.dtype not in FLOATING:
+        raise RuntimeError(f"pdist only supports floating-point dtypes")
+    return device, _check_p("pdist", p)
+
+
+def pdist_forward(self, p=2):
+    name = "aten::_pdist_forward"
+    device, p = _pdist_input(name, self, p)
+    n = self.shape[0]
+    out = _empty((n * (n - 1) // 2,), self.dtype, device)
+    if out.numel():
+        a = self.unsqueeze(0)
+        rt().launch("pairwise_distance", (_ref(out, 0, (1, 1, out.numel()), (0, 0, out.stride(0))), device_ref(a),
+                                          device_ref(a), p, True), current_stream(device))
+    return out
+
+
+def pdist_backward(grad, self, p, pdist):
+    name = "aten::_pdist_backward"
+    device, p = _pdist_input(name, self, p)
+    common_device(name, grad, self, pdist)
+    n = self.shape[0]
+    pairs = n * (n - 1) // 2
+    if tuple(grad.shape) != (pairs,) or tuple(pdist.shape) != (pairs,):
+        raise RuntimeError(f"{name}: grad {list(grad.shape)} and pdist {list(pdist.shape)} must have {pairs} entries")
+    grad_x = _empty(self.shape, self.dtype, device)
+    if grad_x.numel():
+        if pairs == 0:
+            grad_x.zero_()
+        else:
+            g, d = grad.to(self.dtype).contiguous(), pdist.to(self.dtype).contiguous()
+            a = self.unsqueeze(0)
+            rt().launch("pairwise_distance_backward", (device_ref(grad_x.unsqueeze(0)),
+                                                       _ref(g, 0, (1, 1, pairs), (0, 0, 1)),
+                                                       _ref(d, 0, (1, 1, pairs), (0, 0, 1)), device_ref(a),
+                                                       device_ref(a), p, True), current_stream(device))
+    return grad_x
+
+
+# -- fractional max pooling (the random samples come in as a tensor)
+
+def _fractional(k, x, kernel_size, output_size, random_samples, out=None, indices=None):
+    name = f"aten::fractional_max_pool{k}d"
+    device = common_device(name, x, random_samples)
+    _floating_input(name, x)
+    pool = _ints_k(name, "kernel_size", kernel_size, k)
+    size = _ints_k(name, "output_size", output_size, k)
+    if x.dim() not in (k + 1, k + 2) or any(n == 0 for n in x.shape[1:]):
+        raise RuntimeError(f"fractional_max_pool{k}d(): Expected {k + 1}D or {k + 2}D tensor, but got: "
+                           f"{list(x.shape)}" if x.dim() not in (k + 1, k + 2) else
+                           f"fractional_max_pool{k}d(): Expected input to have non-zero size for non-batch "
+                           f"dimensions, but got {list(x.shape)}")
+    if any(p <= 0 for p in pool) or any(o <= 0 for o in size):
+        raise RuntimeError(f"fractional_max_pool{k}d(): kernel_size and output_size must be greater than zero, "
+                           f"but got {list(pool)} and {list(size)}")
+    for axis, o, p, n in zip(_AXES[3 - k:], size, pool, x.shape[-k:]):
+        if o + p - 1 > n:
+            raise RuntimeError(f"fractional_max_pool{k}d(): pool {axis} {p} too large relative to input {axis} {n}"
+                               f" (output {axis} {o})")
+    batched = x.dim() == k + 2
+    planes = (x.shape[0] if batched else 1, x.shape[-(k + 1)])
+    if random_samples.dim() != 3 or random_samples.shape[0] < planes[0] or \
+            tuple(random_samples.shape[1:]) != (planes[1], k) or random_samples.dtype != x.dtype:
+        raise RuntimeError(f"{name}: expected random_samples of size {list(planes + (k,))} and dtype {x.dtype}, "
+                           f"got {list(random_samples.shape)} {random_samples.dtype}")
+    shape = tuple(x.shape[:-k]) + size
+    out = _output(name, out, shape, x.dtype, device, x, x)
+    indices = _indices_out(name, indices, shape, device, x, x, out)
+    if out.numel():
+        rt().launch("fractional_max_pool", (device_ref(_as5(out, k, batched)), device_ref(_as5(indices, k, batched)),
+                                            device_ref(_as5(x, k, batched)), device_ref(random_samples), k)
+                    + (1,) * (3 - k) + pool, current_stream(device))
+    return out, indices
+
+
+def fractional_max_pool2d(self, kernel_size, output_size, random_samples):
+    return _fractional(2, self, kernel_size, output_size, random_samples)
+
+
+def fractional_max_pool2d_out(self, kernel_size, output_size, random_samples, *, output, indices):
+    return _fractional(2, self, kernel_size, output_size, random_samples, output, indices)
+
+
+def fractional_max_pool3d(self, kernel_size, output_size, random_samples):
+    return _fractional(3, self, kernel_size, output_size, random_samples)
+
+
+def fractional_max_pool3d_out(self, kernel_size, output_size, random_samples, *, output, indices):
+    return _fractional(3, self, kernel_size, output_size, random_samples, output, indices)
+
+
+def _fractional_backward(k, grad_output, x, kernel_size, output_size, indices, grad_input=None):
+    name = f"aten::fractional_max_pool{k}d_backward"
+    size = _ints_k(name, "output_size", output_size, k)
+    if x.dim() not in (k + 1, k + 2):
+        raise RuntimeError(f"{name}: expected a {k + 1}D or {k + 2}D input, got {list(x.shape)}")
+    return _index_backward(name, grad_output, x, indices, tuple(x.shape[:-k]) + size, k, grad_input)
+
+
+def fractional_max_pool2d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _fractional_backward(2, grad_output, self, kernel_size, output_size, indices)
+
+
+def fractional_max_pool2d_backward_grad_input(grad_output, self, kernel_size, output_size, indices, *, grad_input):
+    return _fractional_backward(2, grad_output, self, kernel_size, output_size, indices, grad_input)
+
+
+def fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
+    return _fractional_backward(3, grad_output, self, kernel_size, output_size, indices)
+
+
+def fractional_max_pool3d_backward_grad_input(grad_output, self, kernel_size, output_size, indices, *, grad_input):
+    return _fractional_backward(3, grad_output, self, kernel_size, output_size, indices, grad_input)
+
+
+# -- embedding bags (_embedding_bag, _embedding_bag_forward_only): sum / mean / max per bag, with
+# CPU's auxiliary outputs so that its backward formulas read what they expect. The offsets are
+# read to the host (bag boundaries are launch metadata); index ranges come from one device reduction.
+
+_BAG_FAST = frozenset({torch.float32, torch.float16, torch.bfloat16})
+
+
+def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    name = "aten::_embedding_bag"
+    tensors = [weight, indices, offsets] + ([per_sample_weights] if per_sample_weights is not None else [])
+    device = common_device(name, *tensors)
+    _floating_input(name, weight)
+    for t in (indices, offsets):
+        if t.dtype != torch.int64:
+            raise unsupported_dtype(name, t.dtype, {torch.int64})
+    mode = int(mode)
+    if indices.dim() != 1 or offsets.dim() != 1 or weight.dim() != 2:
+        raise RuntimeError(f"{name}: expected 1-D indices and offsets and a 2-D weight, got {list(indices.shape)}, "
+                           f"{list(offsets.shape)}, {list(weight.shape)}")
+    if per_sample_weights is not None:
+        if mode != 0:
+            raise NotImplementedError(f"embedding_bag: per_sample_weights was not None. per_sample_weights is only "
+                                      f"supported for mode='sum' (got mode='{('sum', 'mean', 'max')[mode]}'). Please "
+                                      "open a feature request on GitHub.")
+        if per_sample_weights.dtype != weight.dtype or tuple(per_sample_weights.shape) != tuple(indices.shape):
+            raise RuntimeError(f"{name}: per_sample_weights must have the indices' shape and weight's dtype")
+    n, (V, D) = indices.numel(), weight.shape
+    bounds = [int(v) for v in offsets.tolist()]
+    if include_last_offset and not bounds:
+        raise RuntimeError("include_last_offset: number of offset should be at least 1")
+    if bounds and bounds[0] != 0:
+        raise RuntimeError(f"offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to start from "
+                           f"position 0. However, got {bounds[0]}")
+    if bounds and bounds[-1] > n:
+        raise RuntimeError(f"offsets[-1] can not be greater than input's length {n}, but got offsets[-1] of "
+                           f"{bounds[-1]}")
+    B = len(bounds) - 1 if include_last_offset else len(bounds)
+    if include_last_offset and bounds[-1] != n:
+        # CPU's own paths disagree on indices past offsets[-1] (sum stops there, mean/max run on):
+        # the host runs that case (counted), as for an unsupported dtype
+        from torch_plugin.errors import UnsupportedDtypeError
+        raise UnsupportedDtypeError(f"{name}: include_last_offset with offsets[-1] = {bounds[-1]} short of the {n} "
+                                    "indices is not supported on emu")
+    bounds = bounds[:B] + [n]
+    if n:
+        lo, hi = torch.stack((indices.min(), indices.max())).tolist()
+        if lo < 0 or hi >= V:
+            raise IndexError("index out of range in self")
+    padding_idx = int(padding_idx)
+    fast = mode == 0 and weight.dtype in _BAG_FAST and weight.stride(1) == 1 and padding_idx < 0 and \
+        (per_sample_weights is None or per_sample_weights.stride(0) == 1)
+    dev = weight.device
+    out = torch.empty((B, D), dtype=weight.dtype, device=dev)
+    offset2bag = torch.empty((0,) if fast else (n,), dtype=torch.int64, device=dev)
+    bag_size = torch.empty((B,), dtype=torch.int64, device=dev)
+    max_indices = torch.empty((B, D) if mode == 2 else (B,), dtype=torch.int64, device=dev)
+    if B:
+        table = torch.tensor(bounds, dtype=torch.int64).to(dev)     # a host-to-device copy of the metadata
+        rt().launch("embedding_bag", (device_ref(out), device_ref(weight), device_ref(indices), device_ref(table),
+                                      None if per_sample_weights is None else device_ref(per_sample_weights),
+                                      mode, padding_idx, None if fast or n == 0 else device_ref(offset2bag),
+                                      device_ref(bag_size), device_ref(max_indices)), current_stream(device))
+    return out, offset2bag, bag_size, max_indices
+
+
+def embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
+                               per_sample_weights=None, include_last_offset=False, padding_idx=-1):
+    return _embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                          include_last_offset, padding_idx)

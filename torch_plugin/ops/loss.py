@@ -571,3 +571,249 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
     _check_broadcasts_to(pos_weight, shape)
     _check_broadcasts_to(weight, shape)
     return _pointwise_forward(name, _BCE_LOGITS, self, target, weight, pos_weight, reduction, 0.0, shape, dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Margin losses (pooling and sampling extras): multi_margin_loss and multilabel_margin_loss,
+# forward and backward, float32/float64 (CPU has no float16/bfloat16 kernels either). Target
+# ranges are checked before the launch with one device reduction and one synchronisation, so a
+# bad target is CPU's error and never a kernel fault that would poison the context.
+
+_MARGIN_DTYPES = frozenset({torch.float32, torch.float64})
+
+
+def _target_range(target):
+    return tuple(int(v) for v in torch.stack((target.min(), target.max())).tolist()) if target.numel() else (0, 0)
+
+
+def _margin_out(name, out, shape, dtype, device, *inputs):
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
+    common_device(name, out, *inputs)
+    if out.dtype != dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
+    resize_out(out, shape)
+    check_overlap(name, out, *inputs)
+    return out
+
+
+def _multi_margin_args(name, x, target, p, weight):
+    tensors = [x, target] + ([weight] if weight is not None else [])
+    device = common_device(name, *tensors)
+    if x.dtype not in _MARGIN_DTYPES:
+        raise unsupported_dtype(name, x.dtype, _MARGIN_DTYPES)
+    if x.dim() > 2 or (x.dim() == 2 and x.shape[1] == 0) or (x.dim() == 1 and x.numel() == 0):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(x.shape)}")
+    nframe = x.shape[0] if x.dim() == 2 else 1
+    C = x.shape[-1] if x.dim() else 1
+    if target.dim() > 1 or target.numel() != nframe:
+        raise RuntimeError(f"inconsistent target size, expected {nframe} but got {list(target.shape)}")
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {target.dtype}")
+    if weight is not None and (weight.dim() > 1 or weight.numel() != C):
+        raise RuntimeError(f"inconsistent weight size, expected {C} but got {list(weight.shape)}")
+    if weight is not None and weight.dtype != x.dtype:
+        raise RuntimeError(f"expected scalar type {x.dtype} but found {weight.dtype}")
+    p = int(p) if float(p) == int(p) else p
+    if p not in (1, 2):
+        raise RuntimeError("only p == 1 and p == 2 supported")
+    lo, hi = _target_range(target)
+    if lo < 0 or hi >= C:
+        raise RuntimeError("target out of range")
+    return device, nframe, C, p, weight
+
+
+def _weight_args(weight, C):
+    if weight is None:
+        return None
+    return device_ref(weight.reshape(C))
+
+
+def _multi_margin_loss(x, target, p, margin, weight, reduction, out=None):
+    name = "aten::multi_margin_loss"
+    device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
+    reduction = int(reduction)
+    shape = (nframe,) if reduction == 0 and target.dim() > 0 else ()
+    out = _margin_out(name, out, shape, x.dtype, device, x, target)
+    if out.numel():
+        flat = out.reshape(-1) if out.dim() else out.view(1)
+        rt().launch("multi_margin_loss", (device_ref(flat, (max(flat.numel(), 1),), flat.stride()),
+                                          device_ref(x.reshape(nframe, C)), device_ref(target.reshape(nframe)),
+                                          _weight_args(weight, C), p, float(margin), reduction),
+                    current_stream(device))
+    return out
+
+
+def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
+    return _multi_margin_loss(self, target, p, margin, weight, reduction)
+
+
+def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
+    return _multi_margin_loss(self, target, p, margin, weight, reduction, out)
+
+
+def _multi_margin_loss_backward(grad_output, x, target, p, margin, weight, reduction, grad_input=None):
+    name = "aten::multi_margin_loss_backward"
+    device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
+    common_device(name, grad_output, x)
+    reduction = int(reduction)
+    per_sample = reduction == 0 and target.dim() > 0
+    if grad_output.numel() != (nframe if per_sample else 1) or grad_output.dtype != x.dtype:
+        raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} and dtype {grad_output.dtype} "
+                           f"does not match the loss")
+    grad_input = _margin_out(name, grad_input, x.shape, x.dtype, device, grad_output, x, target)
+    if grad_input.numel():
+        go = grad_output.reshape(-1)
+        go_ref = device_ref(go, (nframe,), (go.stride(0) if per_sample else 0,))
+        rt().launch("multi_margin_loss_backward", (device_ref(grad_input.view(nframe, C)), go_ref,
+                                                   device_ref(x.reshape(nframe, C)),
+                                                   device_ref(target.reshape(nframe)), _weight_args(weight, C), p,
+                                                   float(margin), reduction), current_stream(device))
+    return grad_input
+
+
+def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1):
+    return _multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction)
+
+
+def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *,
+                                          grad_input):
+    return _multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction, grad_input)
+
+
+def _multilabel_args(name, x, target):
+    device = common_device(name, x, target)
+    if x.dtype not in _MARGIN_DTYPES:
+        raise unsupported_dtype(name, x.dtype, _MARGIN_DTYPES)
+    if x.dim() > 2 or (x.dim() == 2 and x.shape[1] == 0) or (x.dim() == 1 and x.numel() == 0):
+        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
+                           f"{list(x.shape)}")
+    if tuple(target.shape) != tuple(x.shape):
+        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: {list(x.shape)}")
+    if target.dtype != torch.int64:
+        raise RuntimeError(f"expected scalar type Long but found {target.dtype}")
+    nframe = x.shape[0] if x.dim() == 2 else 1
+    C = x.shape[-1] if x.dim() else 1
+    lo, hi = _target_range(target)
+    if lo < -1 or hi >= C:
+        raise RuntimeError("argument #2 'target' is out of range")
+    return device, nframe, C
+
+
+def _multilabel_forward(x, target, reduction, output=None, is_target=None):
+    name = "aten::multilabel_margin_loss_forward"
+    device, nframe, C = _multilabel_args(name, x, target)
+    reduction = int(reduction)
+    shape = (nframe,) if reduction == 0 and x.dim() > 1 else ()
+    output = _margin_out(name, output, shape, x.dtype, device, x, target)
+    is_target = _margin_out(name, is_target, target.shape, x.dtype, device, x, target, output)
+    if output.numel():
+        flat = output.reshape(-1) if output.dim() else output.view(1)
+        rt().launch("multilabel_margin_loss", (device_ref(flat, (flat.numel(),), flat.stride()),
+                                               device_ref(is_target.view(nframe, C)), device_ref(x.reshape(nframe, C)),
+                                               device_ref(target.reshape(nframe, C)), reduction),
+                    current_stream(device))
+    return output, is_target
+
+
+def multilabel_margin_loss_forward(self, target, reduction):
+    return _multilabel_forward(self, target, reduction)
+
+
+def multilabel_margin_loss_forward_output(self, target, reduction, *, output, is_target):
+    return _multilabel_forward(self, target, reduction, output, is_target)
+
+
+def _multilabel_backward(grad_output, x, target, reduction, is_target, grad_input=None):
+    name = "aten::multilabel_margin_loss_backward"
+    device, nframe, C = _multilabel_args(name, x, target)
+    common_device(name, grad_output, x, is_target)
+    reduction = int(reduction)
+    per_sample = reduction == 0 and x.dim() > 1
+    if grad_output.numel() != (nframe if per_sample else 1) or grad_output.dtype != x.dtype:
+        raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} and dtype {grad_output.dtype} "
+                           f"does not match the loss")
+    if tuple(is_target.shape) != tuple(x.shape) or is_target.dtype != x.dtype:
+        raise RuntimeError(f"inconsistent is_target size: {list(is_target.shape)} for input of size: "
+                           f"{list(x.shape)}")
+    grad_input = _margin_out(name, grad_input, x.shape, x.dtype, device, grad_output, x, target, is_target)
+    if grad_input.numel():
+        go = grad_output.reshape(-1)
+        go_ref = device_ref(go, (nframe,), (go.stride(0) if per_sample else 0,))
+        rt().launch("multilabel_margin_loss_backward", (device_ref(grad_input.view(nframe, C)), go_ref,
+                                                        device_ref(x.reshape(nframe, C)),
+                                                        device_ref(target.reshape(nframe, C)),
+                                                        device_ref(is_target.reshape(nframe, C)), reduction),
+                    current_stream(device))
+    return grad_input
+
+
+def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
+    return _multilabel_backward(grad_output, self, target, reduction, is_target)
+
+
+def multilabel_margin_loss_backward_grad_input(grad_output, self, target, reduction, is_target, *, grad_input):
+    return _multilabel_backward(grad_output, self, target, reduction, is_target, grad_input)
+
+
+# ---------------------------------------------------------------------------------------------
+# CTC loss forward (_ctc_loss, _ctc_loss.Tensor): the alpha recursion on the device (losses.pyx),
+# float32/float64 log_probs as CPU. The backward pass (_ctc_loss_backward) is not native yet.
+
+def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    name = "aten::_ctc_loss"
+    device = common_device(name, log_probs, targets)
+    if log_probs.dtype not in _MARGIN_DTYPES:
+        raise unsupported_dtype(name, log_probs.dtype, _MARGIN_DTYPES)
+    if targets.dtype not in (torch.int32, torch.int64):
+        raise RuntimeError(f"{name}: targets must be int32 or int64, got {targets.dtype}")
+    if log_probs.dim() != 3:
+        raise RuntimeError(f"{name}: expected a 3-D (T, N, C) log_probs, got {list(log_probs.shape)}")
+    T, N, C = log_probs.shape
+    blank = int(blank)
+    if not 0 <= blank < C:
+        raise RuntimeError("blank must be in label range")
+    input_lengths, target_lengths = [int(v) for v in input_lengths], [int(v) for v in target_lengths]
+    if len(input_lengths) != N:
+        raise RuntimeError("input_lengths must be of size batch_size")
+    if len(target_lengths) != N:
+        raise RuntimeError("target_lengths must be of size batch_size")
+    if targets.dim() == 1:
+        offsets, pos = [], 0
+        for n in target_lengths:
+            offsets.append(pos * targets.stride(0))
+            pos += n
+        stride = targets.stride(0) if targets.dim() else 1
+    else:
+        offsets = [b * targets.stride(0) for b in range(N)]
+        stride = targets.stride(1)
+        for n in target_lengths:
+            if n > targets.shape[1]:
+                raise RuntimeError(f"Expected tensor to have size at least {n} at dimension 1, but got size "
+                                   f"{targets.shape[1]} for argument #2 'targets' (while checking arguments for "
+                                   "ctc_loss_cpu)")
+    for n in input_lengths:
+        if n > T:
+            raise RuntimeError(f"Expected input_lengths to have value at most {T}, but got value {n} (while checking "
+                               "arguments for ctc_loss_cpu)")
+    if any(n < 0 for n in input_lengths + target_lengths):
+        raise RuntimeError(f"{name}: lengths must be non-negative")
+    max_target = max(target_lengths, default=0)
+    nll = torch.empty((N,), dtype=log_probs.dtype, device=log_probs.device)
+    log_alpha = torch.empty((N, T, 2 * max_target + 1), dtype=log_probs.dtype, device=log_probs.device)
+    if N:
+        # the per-sample table travels as a small device tensor (a host-to-device copy)
+        meta = torch.tensor([offsets, input_lengths, target_lengths], dtype=torch.int64).to(log_probs.device)
+        rt().launch("ctc_loss", (device_ref(nll), device_ref(log_alpha), device_ref(log_probs), device_ref(targets),
+                                 device_ref(meta), stride, blank, max_target), current_stream(device))
+    return nll, log_alpha
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    return _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
+
+
+def ctc_loss_tensor(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
+    # lengths are host-side metadata of the recursion (CPU's kernel reads them on the host too)
+    return _ctc_loss(log_probs, targets, input_lengths.tolist(), target_lengths.tolist(), blank, zero_infinity)
