@@ -310,6 +310,7 @@ def native_kernels() -> dict:
     from torch_plugin.ops import selection
     from torch_plugin.ops import lapack
     from torch_plugin.ops import fft
+    from torch_plugin.ops import rnn
     return {
         # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
         # hand-written kernels listed after it win where both name an overload.
@@ -808,6 +809,7 @@ def native_kernels() -> dict:
         "_thnn_fused_lstm_cell_backward_impl": rnn.fused_lstm_cell_backward_impl,
         "_thnn_fused_gru_cell": rnn.fused_gru_cell,
         "_thnn_fused_gru_cell_backward": rnn.fused_gru_cell_backward,
+        # -- foreach, fused optimizers, AMP (ops/foreach.py, ops/amp.py)
         # -- losses (ops/loss.py)
         "nll_loss2d_forward": loss.nll_loss2d_forward,
         "nll_loss2d_forward.output": loss.nll_loss2d_forward_output,
