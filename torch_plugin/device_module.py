@@ -305,8 +305,21 @@ def set_rng_state_all(states) -> None:
 
 
 # -- autocast, telemetry, recovery ---------------------------------------------
+class _AmpDtypes(list):
+    """The autocast dtypes of emu. torch.autocast only warns and disables itself for a dtype
+    outside this list (torch/amp/autocast_mode.py asks ``dtype in get_amp_supported_dtype()``);
+    emu makes that question raise, so ``torch.autocast("emu", dtype=torch.float64)`` is an error
+    rather than a block that silently runs in float32 (docs/autocast.md)."""
+
+    def __contains__(self, dtype) -> bool:
+        if not list.__contains__(self, dtype):
+            raise RuntimeError(f"torch.autocast(\"emu\"): dtype {dtype} is not supported; emu autocast "
+                               f"supports {', '.join(map(str, self))}")
+        return True
+
+
 def get_amp_supported_dtype() -> list:
-    return [torch.float16, torch.bfloat16]
+    return _AmpDtypes([torch.float16, torch.bfloat16])
 
 
 def is_bf16_supported(including_emulation: bool = True) -> bool:

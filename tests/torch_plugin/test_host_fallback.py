@@ -128,24 +128,27 @@ def test_every_write_return_aliases_a_mutated_argument():
 
 
 # ------------------------------------------------------------------ write-back
-@pytest.mark.parametrize("inf", [False, True])
-def test_regression_amp_unscale_writes_back_the_gradient_list(stats, inf):
-    op = "aten::_amp_foreach_non_finite_check_and_unscale_"
+@pytest.mark.parametrize("maximize", [False, True])
+def test_fallback_writes_back_every_mutated_tensor_list(stats, maximize):
+    """An op that mutates several Tensor[] arguments (here the fused Adagrad step, which has no emu
+    kernel: AMP's unscale, the original regression, now runs natively) gets every list written back
+    into the caller's emu tensors, and nothing else changes."""
+    op = "aten::_fused_adagrad_"
     assert not has_emu_kernel(op)  # this test is about the fallback
-    grads = [make(torch.float32, (5, 3), seed=1), make(torch.float32, (7,), seed=2)]
-    if inf:
-        grads[1][3] = float("inf")
-    found, inv = torch.zeros(1), torch.tensor(0.25)
+    params = [make(torch.float32, (5, 3), seed=1), make(torch.float32, (7,), seed=2)]
+    grads = [make(torch.float32, (5, 3), seed=5), make(torch.float32, (7,), seed=6)]
+    sums = [torch.full((5, 3), 0.1), torch.full((7,), 0.2)]
+    steps = [torch.tensor(3.0), torch.tensor(3.0)]
     bystander = make(torch.float32, (4,), seed=3)
-    e_grads, e_found, e_inv, e_bystander = [emu(g) for g in grads], emu(found), emu(inv), emu(bystander)
-    torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
-    assert torch._amp_foreach_non_finite_check_and_unscale_(e_grads, e_found, e_inv) is None
+    e_params, e_grads, e_sums, e_steps = ([emu(t) for t in ts] for ts in (params, grads, sums, steps))
+    e_bystander = emu(bystander)
+    kwargs = dict(lr=0.1, lr_decay=0.01, weight_decay=0.05, eps=1e-10, maximize=maximize)
+    torch._fused_adagrad_(params, grads, sums, steps, **kwargs)
+    assert torch._fused_adagrad_(e_params, e_grads, e_sums, e_steps, **kwargs) is None
     assert stats.fallback(op) == 1
-    for got, expected in zip(e_grads, grads):
+    for got, expected in zip(e_params + e_sums + e_grads + e_steps, params + sums + grads + steps):
         torch.testing.assert_close(got.cpu(), expected, **EXACT)
-    torch.testing.assert_close(e_found.cpu(), found, **EXACT)
-    assert found.item() == float(inf)
-    torch.testing.assert_close(e_inv.cpu(), torch.tensor(0.25), **EXACT)  # read, not written
+    assert not torch.equal(sums[0], torch.full((5, 3), 0.1))   # the step did write the state
     torch.testing.assert_close(e_bystander.cpu(), bystander, **EXACT)
 
 

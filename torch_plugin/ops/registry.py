@@ -311,6 +311,7 @@ def native_kernels() -> dict:
     from torch_plugin.ops import lapack
     from torch_plugin.ops import fft
     from torch_plugin.ops import rnn
+    from torch_plugin.ops import amp, foreach
     return {
         # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
         # hand-written kernels listed after it win where both name an overload.
@@ -810,6 +811,9 @@ def native_kernels() -> dict:
         "_thnn_fused_gru_cell": rnn.fused_gru_cell,
         "_thnn_fused_gru_cell_backward": rnn.fused_gru_cell_backward,
         # -- foreach, fused optimizers, AMP (ops/foreach.py, ops/amp.py)
+        **foreach.kernels(),  # the _foreach_* table and _fused_adam_/_fused_adamw_/_fused_sgd_
+        "_amp_foreach_non_finite_check_and_unscale_": amp.amp_foreach_non_finite_check_and_unscale_,
+        "_amp_update_scale_": amp.amp_update_scale_,
         # -- losses (ops/loss.py)
         "nll_loss2d_forward": loss.nll_loss2d_forward,
         "nll_loss2d_forward.output": loss.nll_loss2d_forward_output,
