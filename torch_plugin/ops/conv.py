@@ -26,7 +26,7 @@ Pooling (2-d; ATen sends 1-d max/avg pooling here through unsqueeze): ``max_pool
 divisor_override), ``_adaptive_avg_pool2d`` (+ backward). Upsampling: ``upsample_nearest2d`` and
 ``upsample_bilinear2d`` (align_corners, explicit scales) and their backward passes.
 Windowed kernels compute in float32 (float64 for float64) and round once.
-Left out: 3-d pooling and upsampling, adaptive max pooling, bicubic/trilinear/nearest-exact.
+3-d pooling, adaptive max pooling, unpooling and the other interpolation modes: the second block below.
 """
 from __future__ import annotations
 
