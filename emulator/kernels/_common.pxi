@@ -210,18 +210,32 @@ cdef char* as_ptr(object addr, str what) except NULL:
 cdef void load_block(const char* p, Py_ssize_t s, int dt, Py_ssize_t n, acc_t* out) noexcept nogil:
     """out[i] = cast<acc_t>(element at p + i*s bytes), for i < n."""
     cdef Py_ssize_t i
+    # (each floating dtype has a loop for contiguous elements too: a constant stride the
+    # compiler vectorises)
     if dt == DT_FLOAT32:
-        for i in range(n):
-            out[i] = <acc_t>ek_ld_f32(p + i * s)
+        if s == 4:
+            for i in range(n):
+                out[i] = <acc_t>ek_ld_f32(p + i * 4)
+        else:
+            for i in range(n):
+                out[i] = <acc_t>ek_ld_f32(p + i * s)
     elif dt == DT_BFLOAT16:
-        for i in range(n):
-            out[i] = <acc_t>ek_bf16_to_f32(ek_ld_u16(p + i * s))
+        if s == 2:
+            for i in range(n):
+                out[i] = <acc_t>ek_bf16_to_f32(ek_ld_u16(p + i * 2))
+        else:
+            for i in range(n):
+                out[i] = <acc_t>ek_bf16_to_f32(ek_ld_u16(p + i * s))
     elif dt == DT_FLOAT16:
         for i in range(n):
             out[i] = <acc_t>ek_f16_to_f32(ek_ld_u16(p + i * s))
     elif dt == DT_FLOAT64:
-        for i in range(n):
-            out[i] = <acc_t>ek_ld_f64(p + i * s)
+        if s == 8:
+            for i in range(n):
+                out[i] = <acc_t>ek_ld_f64(p + i * 8)
+        else:
+            for i in range(n):
+                out[i] = <acc_t>ek_ld_f64(p + i * s)
     elif dt == DT_INT64:
         for i in range(n):
             out[i] = <acc_t>ek_ld_i64(p + i * s)
@@ -246,8 +260,12 @@ cdef void store_block(const acc_t* v, Py_ssize_t n, int dt, char* p, Py_ssize_t 
     """element at p + i*s bytes = cast<dt>(v[i]), for i < n."""
     cdef Py_ssize_t i
     if dt == DT_FLOAT32:
-        for i in range(n):
-            ek_st_f32(p + i * s, <float>v[i])
+        if s == 4:
+            for i in range(n):
+                ek_st_f32(p + i * 4, <float>v[i])
+        else:
+            for i in range(n):
+                ek_st_f32(p + i * s, <float>v[i])
     elif dt == DT_BFLOAT16:
         for i in range(n):
             ek_st_u16(p + i * s, ek_bf16_from_f32(<float>v[i]))
@@ -255,8 +273,12 @@ cdef void store_block(const acc_t* v, Py_ssize_t n, int dt, char* p, Py_ssize_t 
         for i in range(n):
             ek_st_u16(p + i * s, ek_f16_from_f32(<float>v[i]))
     elif dt == DT_FLOAT64:
-        for i in range(n):
-            ek_st_f64(p + i * s, <double>v[i])
+        if s == 8:
+            for i in range(n):
+                ek_st_f64(p + i * 8, <double>v[i])
+        else:
+            for i in range(n):
+                ek_st_f64(p + i * s, <double>v[i])
     elif dt == DT_INT64:
         for i in range(n):
             ek_st_i64(p + i * s, <int64_t>v[i])
