@@ -58,33 +58,46 @@ cdef extern from *:
     static void ek_amx_bf16_kernel(const uint16_t *A, const uint16_t *B, float *P,
                                    Py_ssize_t Mp, Py_ssize_t Np, Py_ssize_t Kp) {
         ek_tilecfg cfg;
-        Py_ssize_t i, j, q, t, Kq = Kp / 32;
+        Py_ssize_t i, j, q, q0, qend, t, Kq = Kp / 32;
         const uint16_t *a0, *a1, *b0, *b1;
         memset(&cfg, 0, sizeof cfg);
         cfg.palette = 1;
         for (t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
         _tile_loadconfig(&cfg);
-        for (i = 0; i < Mp; i += 32) {
-            for (j = 0; j < Np; j += 32) {
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        /* K in chunks of 256 (8 tiles): a block row of A for one chunk (16 KiB) stays in L1
+           while it meets every block column of B's chunk (which stays in L2); P accumulates
+           across chunks. */
+        for (q0 = 0; q0 < Kq; q0 += 8) {
+            qend = q0 + 8 < Kq ? q0 + 8 : Kq;
+            for (i = 0; i < Mp; i += 32) {
                 a0 = A + (i / 16) * Kq * 512;
                 a1 = a0 + Kq * 512;
-                b0 = B + (j / 16) * Kq * 512;
-                b1 = b0 + Kq * 512;
-                for (q = 0; q < Kq; q++) {
-                    _tile_loadd(4, a0 + q * 512, 64);
-                    _tile_loadd(6, b0 + q * 512, 64);
-                    _tile_loadd(5, a1 + q * 512, 64);
-                    _tile_loadd(7, b1 + q * 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
+                for (j = 0; j < Np; j += 32) {
+                    if (q0 == 0) {
+                        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    } else {
+                        _tile_loadd(0, P + i * Np + j, Np * 4);
+                        _tile_loadd(1, P + i * Np + j + 16, Np * 4);
+                        _tile_loadd(2, P + (i + 16) * Np + j, Np * 4);
+                        _tile_loadd(3, P + (i + 16) * Np + j + 16, Np * 4);
+                    }
+                    b0 = B + (j / 16) * Kq * 512;
+                    b1 = b0 + Kq * 512;
+                    for (q = q0; q < qend; q++) {
+                        _tile_loadd(4, a0 + q * 512, 64);
+                        _tile_loadd(6, b0 + q * 512, 64);
+                        _tile_loadd(5, a1 + q * 512, 64);
+                        _tile_loadd(7, b1 + q * 512, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
+                    _tile_stored(0, P + i * Np + j, Np * 4);
+                    _tile_stored(1, P + i * Np + j + 16, Np * 4);
+                    _tile_stored(2, P + (i + 16) * Np + j, Np * 4);
+                    _tile_stored(3, P + (i + 16) * Np + j + 16, Np * 4);
                 }
-                _tile_stored(0, P + i * Np + j, Np * 4);
-                _tile_stored(1, P + i * Np + j + 16, Np * 4);
-                _tile_stored(2, P + (i + 16) * Np + j, Np * 4);
-                _tile_stored(3, P + (i + 16) * Np + j + 16, Np * 4);
             }
         }
         _tile_release();
@@ -110,6 +123,13 @@ cdef extern from *:
 
 cdef inline Py_ssize_t _round32(Py_ssize_t n) noexcept nogil:
     return (n + 31) & ~<Py_ssize_t>31
+
+
+cdef inline void _spread16(uint16_t* dst, const uint16_t* src, Py_ssize_t n) noexcept nogil:
+    """dst[2 * c] = src[c] for c < n (one row of K into the VNNI pairs of a B tile)."""
+    cdef Py_ssize_t c
+    for c in range(n):
+        dst[2 * c] = src[c]
 
 
 cdef int _gemm_bf16_amx(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
@@ -146,13 +166,21 @@ cdef int _gemm_bf16_amx(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     for i in range(M):
         row = a + i * as0
         tile = A + (i >> 4) * Kq * 512 + (i & 15) * 32
-        for k in range(K):
-            tile[(k >> 5) * 512 + (k & 31)] = ek_ld_u16(row + k * as1)
+        if as1 == 2:                                   # contiguous rows: 64-byte runs
+            for k in range(0, K, 32):
+                memcpy(tile + (k >> 5) * 512, row + k * 2, (32 if K - k >= 32 else K - k) * 2)
+        else:
+            for k in range(K):
+                tile[(k >> 5) * 512 + (k & 31)] = ek_ld_u16(row + k * as1)
     for k in range(K):
         row = b + k * bs0
         tile = Bv + (k >> 5) * 512 + ((k & 31) >> 1) * 32 + (k & 1)
-        for j in range(N):
-            tile[(j >> 4) * Kq * 512 + (j & 15) * 2] = ek_ld_u16(row + j * bs1)
+        if bs1 == 2:                                   # contiguous rows: runs of 16 columns
+            for j in range(0, N, 16):
+                _spread16(tile + (j >> 4) * Kq * 512, <const uint16_t*>(row + j * 2), 16 if N - j >= 16 else N - j)
+        else:
+            for j in range(N):
+                tile[(j >> 4) * Kq * 512 + (j & 15) * 2] = ek_ld_u16(row + j * bs1)
     if beta != 0:
         for i in range(M):
             load_block(c + i * cs0, cs1, cdt, N, C + i * N)

@@ -267,8 +267,12 @@ cdef void store_block(const acc_t* v, Py_ssize_t n, int dt, char* p, Py_ssize_t 
             for i in range(n):
                 ek_st_f32(p + i * s, <float>v[i])
     elif dt == DT_BFLOAT16:
-        for i in range(n):
-            ek_st_u16(p + i * s, ek_bf16_from_f32(<float>v[i]))
+        if s == 2:
+            for i in range(n):
+                ek_st_u16(p + i * 2, ek_bf16_from_f32(<float>v[i]))
+        else:
+            for i in range(n):
+                ek_st_u16(p + i * s, ek_bf16_from_f32(<float>v[i]))
     elif dt == DT_FLOAT16:
         for i in range(n):
             ek_st_u16(p + i * s, ek_f16_from_f32(<float>v[i]))
