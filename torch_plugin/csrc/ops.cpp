@@ -191,9 +191,29 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
       .recordDataPtrOnStream(self.storage().data_ptr(), stream);
 }
 
+// aten::_has_compatible_shallow_copy_type : whether `from`'s TensorImpl can be
+// shallow-copied into `self`'s (Tensor.data = ..., which nn.Module.to() uses so
+// that a parameter keeps its identity). c10's own rule knows only the built-in
+// dense backends; without this kernel Module.to("emu") replaced each parameter
+// by a new one, and weights tied between modules (a language model's embedding
+// and output layer) silently stopped sharing their gradient. Dense strided
+// tensors on the CPU and on emu are interchangeable, as CPU and CUDA ones are.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set())) {
+    return true;
+  }
+  auto dense = [](const at::Tensor& t) {
+    const auto type = t.device().type();
+    return t.layout() == c10::kStrided && !t.is_quantized() && t.key_set().has(c10::DispatchKey::Dense) &&
+           (type == c10::DeviceType::CPU || type == c10::DeviceType::PrivateUse1);
+  };
+  return dense(self) && dense(from);
+}
+
 } // namespace
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
   // Views: ATen's generic implementations only touch metadata.
