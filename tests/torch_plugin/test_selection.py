@@ -288,8 +288,36 @@ def test_histc(dtype, native_only):
     same(out, torch.histc(x, 5))
     with pytest.raises(RuntimeError, match="max must be larger than min"):
         torch.histc(emu(x), 4, 2, 1)
-    with pytest.raises(NotImplementedError, match="'Long'"):
-        torch.histc(emu(torch.arange(4)), 4)
+    with pytest.raises(RuntimeError, match="max must be larger than min"):
+        torch.histc(emu(torch.arange(4)), 4, 3, 1)
+
+
+def _cuda_histc(x, bins, lo, hi):
+    """CUDA's integer histc, element by element (CPU has none)."""
+    values, lo, hi = x.reshape(-1).tolist(), int(lo), int(hi)
+    if lo == hi and values:
+        lo, hi = min(values), max(values)
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    counts = [0] * bins
+    for v in values:
+        if lo <= v <= hi:
+            counts[min((v - lo) * bins // (hi - lo), bins - 1)] += 1
+    return torch.tensor(counts, dtype=x.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int32, torch.int64], ids=str)
+def test_histc_of_integers_follows_cuda(dtype, native_only):
+    """CPU rejects integer histc; CUDA counts in integer arithmetic, and transformers' MoE routers
+    rely on it on every accelerator."""
+    x = torch.randint(0, 8, (6, 7), dtype=dtype, generator=torch.Generator().manual_seed(3))
+    for bins, lo, hi in ((8, 0, 7), (3, 0, 0), (5, 2, 6), (4, 1, 9), (2, 0, 7)):
+        got = torch.histc(emu(x).t(), bins=bins, min=lo, max=hi)
+        assert got.dtype == dtype
+        torch.testing.assert_close(got.cpu(), _cuda_histc(x, bins, lo, hi), rtol=0, atol=0)
+    out = torch.empty(0, dtype=dtype, device="emu")
+    torch.histc(emu(x), 8, 0, 7, out=out)
+    torch.testing.assert_close(out.cpu(), _cuda_histc(x, 8, 0, 7), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

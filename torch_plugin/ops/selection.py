@@ -613,6 +613,8 @@ def _histc(x, bins, lo, hi, out=None):
     device = common_device(name, x)
     _check_supported(name, x.dtype)
     if x.dtype not in _FLOATING:
+        if x.dtype in _HISTC_INTEGERS:
+            return _histc_integer(x, bins, lo, hi, out, device)
         raise _not_implemented("histogram_histc_cpu", x.dtype)
     if bins <= 0:
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
@@ -634,6 +636,43 @@ def _histc(x, bins, lo, hi, out=None):
         resize_out(out, (bins,))
     edges = torch.linspace(lo, hi, bins + 1, dtype=x.dtype, device=_emu(device))
     _histogram_launch(out, _as_rows(x.reshape(-1) if x.dim() != 1 else x, 1), None, _H_LINEAR, False, [edges])
+    return out
+
+
+_HISTC_INTEGERS = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _histc_integer(x, bins, lo, hi, out, device):
+    """histc of an integer tensor, as CUDA computes it (CPU rejects integers; ``transformers``'
+    mixture-of-experts routers count tokens per expert this way on every accelerator): min and
+    max are cast to the input's integer type, bin = (x - min) * bins / (max - min) in integer
+    arithmetic, x == max goes to the last bin, values outside [min, max] are not counted, and
+    the counts have the input's dtype. A composite of device ops; min == max reads the data's
+    range (one synchronisation), as CUDA does."""
+    name = "aten::histc"
+    if bins <= 0:
+        raise RuntimeError(f"bins must be > 0, but got {bins}")
+    lo, hi = int(lo), int(hi)
+    if lo == hi and x.numel() > 0:
+        mn, mx = torch.aminmax(x)
+        lo, hi = torch.stack([mn, mx]).to(torch.int64).cpu().tolist()  # one synchronisation
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if not lo < hi:
+        raise RuntimeError("max must be larger than min")
+    if out is None:
+        out = torch.empty((bins,), dtype=x.dtype, device=_emu(device))
+    else:
+        common_device(name, out, x)
+        _check_out_dtype(out, x.dtype)
+        resize_out(out, (bins,))
+    values = x.reshape(-1).to(torch.int64)
+    index = torch.div((values - lo) * bins, hi - lo, rounding_mode="floor")
+    index = torch.where(index == bins, bins - 1, index)
+    index = torch.where((values >= lo) & (values <= hi), index, bins)      # out of range: a spare bin
+    counts = torch.zeros((bins + 1,), dtype=torch.int64, device=_emu(device))
+    counts.index_add_(0, index, torch.ones_like(index))
+    out.copy_(counts[:bins])
     return out
 
 
