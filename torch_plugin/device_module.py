@@ -41,6 +41,14 @@ def init() -> None:
 _lazy_init = init
 
 
+def __getattr__(name: str):
+    # torch.utils.checkpoint saves and restores a device's RNG state only when its module says
+    # ``_initialized`` (torch.cuda's flag); without it, recomputed dropout drew new masks.
+    if name == "_initialized":
+        return runtime.is_initialized()
+    raise AttributeError(f"module 'torch.emu' has no attribute {name!r}")
+
+
 def _index(device) -> int:
     if device is None:
         return current_device()
