@@ -51,6 +51,18 @@ def test_kernel_benchmark_runs_and_reports_every_workload():
     assert ("all targets met" in result.stdout) or ("OVER TARGET" in result.stdout)
 
 
+def test_model_benchmark_runs_and_reports_every_workload():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_models.py"), "--quick"],
+                            capture_output=True, text=True, env=dict(os.environ), timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    for case, target in (("gpt2 forward", 3), ("gpt2 train step", 4), ("llama forward", 3),
+                         ("resnet18 forward", 3)):
+        line = next(line for line in result.stdout.splitlines() if line.startswith(case))
+        # emu wall, cpu wall, ratio, target, emu and cpu peak resident memory, their ratio
+        assert re.search(rf"ms\s+\d+\.\d+ ms\s+\d+\.\d+x\s+{target:g}x\s+\d+ MiB\s+\d+ MiB\s+\d+\.\d+x", line), line
+    assert ("all targets met" in result.stdout) or ("OVER TARGET" in result.stdout)
+
+
 def test_vector_math_fast_path_gives_the_scalar_path_bits():
     """The pointwise kernels' libmvec fast path (speed only) must round exactly like the scalar one."""
     import numpy as np
