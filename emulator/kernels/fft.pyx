@@ -236,18 +236,26 @@ cdef void plan_execute(Plan* plan, double* a) noexcept nogil:
         a[2 * k + 1] = xr * ci + xi * cr
 
 
+cdef inline void _outer_inner(const Py_ssize_t* shape, int ndim, int d, Py_ssize_t* outer,
+                              Py_ssize_t* inner) noexcept nogil:
+    """The extents of a C-contiguous shape before (outer) and after (inner) dim d."""
+    cdef int k
+    outer[0] = 1
+    inner[0] = 1
+    for k in range(d):
+        outer[0] *= shape[k]
+    for k in range(d + 1, ndim):
+        inner[0] *= shape[k]
+
+
 cdef int transform_dim(double* buf, const Py_ssize_t* shape, int ndim, int d, double sign,
                        double* line) except -1 nogil:
     """DFT of every line of the C-contiguous complex scratch ``buf`` along dim ``d``."""
-    cdef Py_ssize_t outer = 1, inner = 1, n = shape[d], o, i, j, base, pos
+    cdef Py_ssize_t outer, inner, n = shape[d], o, i, j, base, pos
     cdef Plan plan
-    cdef int k
     if n <= 1:
         return 0
-    for k in range(d):
-        outer *= shape[k]
-    for k in range(d + 1, ndim):
-        inner *= shape[k]
+    _outer_inner(shape, ndim, d, &outer, &inner)
     if outer * inner == 0:
         return 0
     plan_init(&plan, n, sign)
@@ -273,13 +281,9 @@ cdef int c2r_last_dim(const double* buf, double* rbuf, const Py_ssize_t* shape, 
                       Py_ssize_t n, double* line) except -1 nogil:
     """Inverse real transform along dim ``d``: ``buf`` (complex, C-contiguous, extent n//2+1 on
     d) -> ``rbuf`` (real, C-contiguous, extent n on d), each line extended by conjugate symmetry."""
-    cdef Py_ssize_t outer = 1, inner = 1, h = n // 2 + 1, o, i, j, base
+    cdef Py_ssize_t outer, inner, h = n // 2 + 1, o, i, j, base
     cdef Plan plan
-    cdef int k
-    for k in range(d):
-        outer *= shape[k]
-    for k in range(d + 1, ndim):
-        inner *= shape[k]
+    _outer_inner(shape, ndim, d, &outer, &inner)
     if outer * inner == 0:
         return 0
     plan_init(&plan, n, 1.0)
@@ -301,6 +305,16 @@ cdef int c2r_last_dim(const double* buf, double* rbuf, const Py_ssize_t* shape, 
     return 0
 
 
+cdef inline Py_ssize_t _first_row(NdIter* it, char** ptrs, char* op0, const char* op1, Py_ssize_t* s0,
+                                  Py_ssize_t* s1) noexcept nogil:
+    """Point ptrs at the first row of a two-operand walk; returns the row length and its strides."""
+    ptrs[0] = op0
+    ptrs[1] = <char*>op1
+    s0[0] = iter_row_stride(it, 0)
+    s1[0] = iter_row_stride(it, 1)
+    return iter_row_len(it)
+
+
 cdef int _load_complex(NdIter* it, char* scratch, const char* src, int dt) except -1 nogil:
     """Scratch (op 0, complex double) <- src (op 1: complex64/128 or a real dtype)."""
     cdef char* ptrs[2]
@@ -309,11 +323,7 @@ cdef int _load_complex(NdIter* it, char* scratch, const char* src, int dt) excep
     cdef Py_ssize_t done, chunk
     if it.size == 0:
         return 0
-    ptrs[0] = scratch
-    ptrs[1] = <char*>src
-    L = iter_row_len(it)
-    s0 = iter_row_stride(it, 0)
-    s1 = iter_row_stride(it, 1)
+    L = _first_row(it, ptrs, scratch, src, &s0, &s1)
     while True:
         if dt == DT_COMPLEX64:
             for j in range(L):
@@ -344,11 +354,7 @@ cdef int _store_complex(NdIter* it, char* dst, int dt, const char* scratch, doub
     cdef double re, im
     if it.size == 0:
         return 0
-    ptrs[0] = dst
-    ptrs[1] = <char*>scratch
-    L = iter_row_len(it)
-    s0 = iter_row_stride(it, 0)
-    s1 = iter_row_stride(it, 1)
+    L = _first_row(it, ptrs, dst, scratch, &s0, &s1)
     while True:
         for j in range(L):
             re = ek_ld_f64(ptrs[1] + j * s1) * scale
@@ -371,11 +377,7 @@ cdef int _store_real(NdIter* it, char* dst, int dt, const char* scratch, double 
     cdef double block[BLOCK]
     if it.size == 0:
         return 0
-    ptrs[0] = dst
-    ptrs[1] = <char*>scratch
-    L = iter_row_len(it)
-    s0 = iter_row_stride(it, 0)
-    s1 = iter_row_stride(it, 1)
+    L = _first_row(it, ptrs, dst, scratch, &s0, &s1)
     while True:
         done = 0
         while done < L:
@@ -516,68 +518,6 @@ def fft(kind, out_addr, out_dtype, out_strides, out_shape, in_addr, in_dtype, in
         free(rbuf)
 
 
-def complex_parts(mode, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_addr, b_dtype,
-                  b_strides, shape):
-    """out = a + i b (mode 0, aten::complex) or a cos(b) + i a sin(b) (mode 1, aten::polar), in
-    the part dtype's precision (float32 math for complex64, as CPU); a and b are real floating."""
-    cdef int m = mode, odt, adt, bdt
-    cdef NdIter it
-    cdef char* ptrs[3]
-    cdef Py_ssize_t L, s0, s1, s2, j, done, chunk
-    cdef double ablock[BLOCK]
-    cdef double bblock[BLOCK]
-    cdef double re, im
-    cdef float fa, fb
-    if m not in (0, 1):
-        raise KernelArgumentError(f"complex_parts: unknown mode {mode!r} (0 complex, 1 polar)")
-    odt = check_storage_dtype(out_dtype, "complex_parts out_dtype")
-    adt = check_dtype(a_dtype, "complex_parts a_dtype")
-    bdt = check_dtype(b_dtype, "complex_parts b_dtype")
-    if odt not in (DT_COMPLEX64, DT_COMPLEX128) or not is_floating(adt) or not is_floating(bdt):
-        raise KernelArgumentError(f"complex_parts: takes real floating parts and a complex output, got "
-                                  f"{_DTYPE_NAMES[adt]}, {_DTYPE_NAMES[bdt]} -> {_DTYPE_NAMES[odt]}")
-    iter_init(&it, shape, [tuple(out_strides), tuple(a_strides), tuple(b_strides)],
-              [itemsize_of(odt), itemsize_of(adt), itemsize_of(bdt)], "complex_parts")
-    if it.size == 0:
-        return
-    ptrs[0] = as_ptr(out_addr, "complex_parts out")
-    ptrs[1] = as_ptr(a_addr, "complex_parts a")
-    ptrs[2] = as_ptr(b_addr, "complex_parts b")
-    with nogil:
-        L = iter_row_len(&it)
-        s0 = iter_row_stride(&it, 0)
-        s1 = iter_row_stride(&it, 1)
-        s2 = iter_row_stride(&it, 2)
-        while True:
-            done = 0
-            while done < L:
-                chunk = L - done if L - done < BLOCK else BLOCK
-                load_block(ptrs[1] + done * s1, s1, adt, chunk, ablock)
-                load_block(ptrs[2] + done * s2, s2, bdt, chunk, bblock)
-                for j in range(chunk):
-                    if odt == DT_COMPLEX64:
-                        fa = <float>ablock[j]
-                        fb = <float>bblock[j]
-                        if m == 1:
-                            ek_st_f32(ptrs[0] + (done + j) * s0, fa * cosf(fb))
-                            ek_st_f32(ptrs[0] + (done + j) * s0 + 4, fa * sinf(fb))
-                        else:
-                            ek_st_f32(ptrs[0] + (done + j) * s0, fa)
-                            ek_st_f32(ptrs[0] + (done + j) * s0 + 4, fb)
-                    else:
-                        re = ablock[j]
-                        im = bblock[j]
-                        if m == 1:
-                            ek_st_f64(ptrs[0] + (done + j) * s0, re * cos(im))
-                            ek_st_f64(ptrs[0] + (done + j) * s0 + 8, re * sin(im))
-                        else:
-                            ek_st_f64(ptrs[0] + (done + j) * s0, re)
-                            ek_st_f64(ptrs[0] + (done + j) * s0 + 8, im)
-                done += chunk
-            if not iter_next_row(&it, ptrs):
-                break
-
-
 cdef inline void _load_parts(const char* p, Py_ssize_t s, int dt, Py_ssize_t n, double* re, double* im) noexcept nogil:
     cdef Py_ssize_t j
     if dt == DT_COMPLEX64:
@@ -594,34 +534,68 @@ cdef inline void _load_parts(const char* p, Py_ssize_t s, int dt, Py_ssize_t n, 
             im[j] = 0.0
 
 
-def complex_mul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_addr, b_dtype, b_strides, shape):
-    """out = a * b for a complex64/complex128 out; a and b are complex or real (imaginary part 0),
-    cast to out's dtype first (CPU's type promotion), multiplied as CPU's c10::complex:
-    (ar br - ai bi) + i (ar bi + ai br), in float32 for complex64. Elementwise: out may alias a or b."""
-    cdef int odt, adt, bdt
+cdef enum:
+    OP_COMPLEX = 0      # a + i b
+    OP_POLAR = 1        # a cos(b) + i a sin(b)
+    OP_MUL = 2          # a * b, complex
+
+
+cdef inline void _combine(int op, int odt, char* out, Py_ssize_t s, Py_ssize_t n, const double* ar,
+                          const double* ai, const double* br, const double* bi) noexcept nogil:
+    """out[j] = op(a[j], b[j]) for j < n, in float32 math for a complex64 out (as CPU)."""
+    cdef Py_ssize_t j
+    cdef float fa, fb, far, fai, fbr, fbi
+    cdef double re, im
+    if op == OP_MUL:
+        if odt == DT_COMPLEX64:
+            for j in range(n):
+                far = <float>ar[j]; fai = <float>ai[j]; fbr = <float>br[j]; fbi = <float>bi[j]
+                ek_st_f32(out + j * s, far * fbr - fai * fbi)
+                ek_st_f32(out + j * s + 4, far * fbi + fai * fbr)
+        else:
+            for j in range(n):
+                ek_st_f64(out + j * s, ar[j] * br[j] - ai[j] * bi[j])
+                ek_st_f64(out + j * s + 8, ar[j] * bi[j] + ai[j] * br[j])
+        return
+    for j in range(n):      # complex / polar: a and b are the real parts ar, br
+        if odt == DT_COMPLEX64:
+            fa = <float>ar[j]
+            fb = <float>br[j]
+            if op == OP_POLAR:
+                ek_st_f32(out + j * s, fa * cosf(fb))
+                ek_st_f32(out + j * s + 4, fa * sinf(fb))
+            else:
+                ek_st_f32(out + j * s, fa)
+                ek_st_f32(out + j * s + 4, fb)
+        else:
+            re = ar[j]
+            im = br[j]
+            if op == OP_POLAR:
+                ek_st_f64(out + j * s, re * cos(im))
+                ek_st_f64(out + j * s + 8, re * sin(im))
+            else:
+                ek_st_f64(out + j * s, re)
+                ek_st_f64(out + j * s + 8, im)
+
+
+cdef int _complex_binary(int op, str name, out_addr, int odt, out_strides, a_addr, int adt, a_strides,
+                         b_addr, int bdt, b_strides, shape) except -1:
+    """out = op(a, b) elementwise over ``shape`` (strides in elements), dtypes already checked.
+    Each chunk of a and b is read before out's is written, so out may alias a or b."""
     cdef NdIter it
     cdef char* ptrs[3]
-    cdef Py_ssize_t L, s0, s1, s2, j, done, chunk
+    cdef Py_ssize_t L, s0, s1, s2, done, chunk
     cdef double ar[BLOCK]
     cdef double ai[BLOCK]
     cdef double br[BLOCK]
     cdef double bi[BLOCK]
-    cdef float far, fai, fbr, fbi
-    odt = check_storage_dtype(out_dtype, "complex_mul out_dtype")
-    adt = check_storage_dtype(a_dtype, "complex_mul a_dtype")
-    bdt = check_storage_dtype(b_dtype, "complex_mul b_dtype")
-    if odt not in (DT_COMPLEX64, DT_COMPLEX128):
-        raise KernelArgumentError(f"complex_mul: out must be complex, got {_DTYPE_NAMES[odt]}")
-    for dt in (adt, bdt):
-        if dt >= NUM_ARITHMETIC_DTYPES and dt not in (DT_COMPLEX64, DT_COMPLEX128):
-            raise KernelArgumentError(f"complex_mul: cannot read a {_DTYPE_NAMES[dt]} operand")
     iter_init(&it, shape, [tuple(out_strides), tuple(a_strides), tuple(b_strides)],
-              [itemsize_of(odt), itemsize_of(adt), itemsize_of(bdt)], "complex_mul")
+              [itemsize_of(odt), itemsize_of(adt), itemsize_of(bdt)], name)
     if it.size == 0:
-        return
-    ptrs[0] = as_ptr(out_addr, "complex_mul out")
-    ptrs[1] = as_ptr(a_addr, "complex_mul a")
-    ptrs[2] = as_ptr(b_addr, "complex_mul b")
+        return 0
+    ptrs[0] = as_ptr(out_addr, f"{name} out")
+    ptrs[1] = as_ptr(a_addr, f"{name} a")
+    ptrs[2] = as_ptr(b_addr, f"{name} b")
     with nogil:
         L = iter_row_len(&it)
         s0 = iter_row_stride(&it, 0)
@@ -633,15 +607,42 @@ def complex_mul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_
                 chunk = L - done if L - done < BLOCK else BLOCK
                 _load_parts(ptrs[1] + done * s1, s1, adt, chunk, ar, ai)
                 _load_parts(ptrs[2] + done * s2, s2, bdt, chunk, br, bi)
-                if odt == DT_COMPLEX64:
-                    for j in range(chunk):
-                        far = <float>ar[j]; fai = <float>ai[j]; fbr = <float>br[j]; fbi = <float>bi[j]
-                        ek_st_f32(ptrs[0] + (done + j) * s0, far * fbr - fai * fbi)
-                        ek_st_f32(ptrs[0] + (done + j) * s0 + 4, far * fbi + fai * fbr)
-                else:
-                    for j in range(chunk):
-                        ek_st_f64(ptrs[0] + (done + j) * s0, ar[j] * br[j] - ai[j] * bi[j])
-                        ek_st_f64(ptrs[0] + (done + j) * s0 + 8, ar[j] * bi[j] + ai[j] * br[j])
+                _combine(op, odt, ptrs[0] + done * s0, s0, chunk, ar, ai, br, bi)
                 done += chunk
             if not iter_next_row(&it, ptrs):
                 break
+    return 0
+
+
+def complex_parts(mode, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_addr, b_dtype,
+                  b_strides, shape):
+    """out = a + i b (mode 0, aten::complex) or a cos(b) + i a sin(b) (mode 1, aten::polar), in
+    the part dtype's precision (float32 math for complex64, as CPU); a and b are real floating."""
+    cdef int m = mode, odt, adt, bdt
+    if m not in (0, 1):
+        raise KernelArgumentError(f"complex_parts: unknown mode {mode!r} (0 complex, 1 polar)")
+    odt = check_storage_dtype(out_dtype, "complex_parts out_dtype")
+    adt = check_dtype(a_dtype, "complex_parts a_dtype")
+    bdt = check_dtype(b_dtype, "complex_parts b_dtype")
+    if odt not in (DT_COMPLEX64, DT_COMPLEX128) or not is_floating(adt) or not is_floating(bdt):
+        raise KernelArgumentError(f"complex_parts: takes real floating parts and a complex output, got "
+                                  f"{_DTYPE_NAMES[adt]}, {_DTYPE_NAMES[bdt]} -> {_DTYPE_NAMES[odt]}")
+    _complex_binary(OP_POLAR if m == 1 else OP_COMPLEX, "complex_parts", out_addr, odt, out_strides,
+                    a_addr, adt, a_strides, b_addr, bdt, b_strides, shape)
+
+
+def complex_mul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_addr, b_dtype, b_strides, shape):
+    """out = a * b for a complex64/complex128 out; a and b are complex or real (imaginary part 0),
+    cast to out's dtype first (CPU's type promotion), multiplied as CPU's c10::complex:
+    (ar br - ai bi) + i (ar bi + ai br), in float32 for complex64. Elementwise: out may alias a or b."""
+    cdef int odt, adt, bdt
+    odt = check_storage_dtype(out_dtype, "complex_mul out_dtype")
+    adt = check_storage_dtype(a_dtype, "complex_mul a_dtype")
+    bdt = check_storage_dtype(b_dtype, "complex_mul b_dtype")
+    if odt not in (DT_COMPLEX64, DT_COMPLEX128):
+        raise KernelArgumentError(f"complex_mul: out must be complex, got {_DTYPE_NAMES[odt]}")
+    for dt in (adt, bdt):
+        if dt >= NUM_ARITHMETIC_DTYPES and dt not in (DT_COMPLEX64, DT_COMPLEX128):
+            raise KernelArgumentError(f"complex_mul: cannot read a {_DTYPE_NAMES[dt]} operand")
+    _complex_binary(OP_MUL, "complex_mul", out_addr, odt, out_strides, a_addr, adt, a_strides,
+                    b_addr, bdt, b_strides, shape)

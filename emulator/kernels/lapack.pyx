@@ -22,6 +22,7 @@ Left out: complex inputs, tiling and timing (the cost model lives in library.py)
 """
 
 from libc.stdlib cimport malloc, calloc, free
+from libc.string cimport memset
 from libc.math cimport fabs, log, copysign
 from scipy.linalg.cython_lapack cimport (sgetrf, dgetrf, sgetrs, dgetrs, spotrf, dpotrf, spotrs, dpotrs,
                                          spotri, dpotri, ssytrf, dsytrf, ssytrs, dsytrs, sgeqrf, dgeqrf,
@@ -186,6 +187,169 @@ def _shape(op):
 
 
 # ---------------------------------------------------------------------------------------------
+# Launching: every def below only parses its scalars into a Job and names its operands; one
+# launcher validates the operands, picks the float or double instance of the kernel and frees
+# the batch offsets, so that every routine checks and reports in one way.
+
+cdef enum Routine:
+    R_GETRF, R_GETRS, R_LU_UNPACK, R_LU_DET, R_POTRF, R_POTRS, R_POTRI, R_SYTRF, R_SYTRS,
+    R_QR, R_ORGQR, R_ORMQR, R_SYEVD, R_GESDD, R_GEEV, R_TRSM, R_GELS
+
+cdef enum:
+    MAX_OPERANDS = 5          # the most operands a routine takes (lu_unpack, gels)
+
+
+cdef struct Job:
+    Routine routine
+    int m, n, k, nrhs        # problem sizes, each routine reads the ones its kernel takes
+    int qcols, rrows         # qr: the columns of Q and the rows of R asked for
+    int a_rows               # ormqr: rows of the reflector matrix
+    int na                   # trsm: order of the triangular matrix
+    int driver               # gels: 0 gelsy, 1 gels, 2 gelsd, 3 gelss
+    double rcond             # gels
+    char side, uplo, trans, diag
+    bint flag                # upper (potrf/potri/syevd), full (gesdd), logabs (lu_det)
+
+
+cdef Mat _NO_PIVOTS         # an absent operand (p = NULL, as C zeroes globals): potrs and trsm have none
+
+
+cdef int _run(real_t kind, Job* j, Mat* o, Py_ssize_t count) noexcept nogil:
+    """The table of kernels: routine -> its kernel on the operands in the def's order."""
+    if j.routine == R_GETRF:
+        return _getrf(kind, &o[0], &o[1], &o[2], &o[3], count, j.m, j.n)
+    if j.routine == R_GETRS:
+        return _solve(kind, j, &o[0], &o[1], &o[2], &o[3], count, j.n, j.n, j.nrhs)
+    if j.routine == R_LU_UNPACK:
+        return _lu_unpack(kind, &o[0], &o[1], &o[2], &o[3], &o[4], count, j.m, j.n)
+    if j.routine == R_LU_DET:
+        return _lu_det(kind, &o[0], &o[1], &o[2], &o[3], count, j.n, j.flag)
+    if j.routine == R_POTRF:
+        return _potrf(kind, &o[0], &o[1], &o[2], count, j.n, j.flag)
+    if j.routine == R_POTRS:
+        return _solve(kind, j, &o[0], &_NO_PIVOTS, &o[1], &o[2], count, j.n, j.n, j.nrhs)
+    if j.routine == R_POTRI:
+        return _potri(kind, &o[0], &o[1], count, j.n, j.flag)
+    if j.routine == R_SYTRF:
+        return _sytrf(kind, &o[0], &o[1], &o[2], &o[3], count, j.n)
+    if j.routine == R_SYTRS:
+        return _solve(kind, j, &o[0], &o[1], &o[2], &o[3], count, j.n, j.n, j.nrhs)
+    if j.routine == R_QR:
+        return _qr(kind, &o[0], &o[1], &o[2], &o[3], count, j.m, j.n, j.qcols, j.rrows)
+    if j.routine == R_ORGQR:
+        return _orgqr(kind, &o[0], &o[1], &o[2], count, j.m, j.n, j.k)
+    if j.routine == R_ORMQR:
+        return _ormqr(kind, &o[0], &o[1], &o[2], &o[3], count, j.a_rows, j.k, j.m, j.n, j.side, j.trans)
+    if j.routine == R_SYEVD:
+        return _syevd(kind, &o[0], &o[1], &o[2], count, j.n, j.flag)
+    if j.routine == R_GESDD:
+        return _gesdd(kind, &o[0], &o[1], &o[2], &o[3], count, j.m, j.n, j.flag)
+    if j.routine == R_GEEV:
+        return _geev(kind, &o[0], &o[1], &o[2], count, j.n)
+    if j.routine == R_TRSM:
+        return _solve(kind, j, &o[0], &_NO_PIVOTS, &o[1], &o[2], count, j.na, j.m, j.n)
+    return _gels(kind, &o[0], &o[1], &o[2], &o[3], &o[4], count, j.m, j.n, j.nrhs, j.driver, j.rcond)
+
+
+cdef Job _job(Routine routine):
+    cdef Job j
+    memset(&j, 0, sizeof(Job))
+    j.routine = routine
+    return j
+
+
+cdef int _open(Mat* mats, tuple operands, tuple batch, str name) except -1:
+    """Describe each (what, operand, core dims) of ``operands`` into mats[i]; every slot starts
+    empty so that _close may run whichever of them failed."""
+    cdef int i
+    for i in range(MAX_OPERANDS):
+        memset(&mats[i], 0, sizeof(Mat))
+    for i, (what, op, core) in enumerate(operands):
+        _mat(&mats[i], op, batch, core, f"{name} {what}")
+    return 0
+
+
+cdef void _close(Mat* mats) noexcept:
+    cdef int i
+    for i in range(MAX_OPERANDS):
+        _free(&mats[i])
+
+
+cdef int _dispatch(Job* job, Mat* mats, Py_ssize_t count, int dt, str name) except -1:
+    """Run the job's kernel in dt's precision (float32 or float64) without the GIL."""
+    cdef int rc
+    if _real_kind(dt, name) == DT_FLOAT32:
+        with nogil:
+            rc = _run(<float>0, job, mats, count)
+    else:
+        with nogil:
+            rc = _run(<double>0, job, mats, count)
+    if rc != 0:
+        raise MemoryError(f"{name}: could not allocate scratch")
+    return 0
+
+
+cdef int _launch(Job* job, str name, tuple batch, tuple operands, int kind_of, bint nothing_to_do) except -1:
+    """Validate ``operands`` (see _open), then, unless the batch is empty or ``nothing_to_do``,
+    run the job in the precision of operand ``kind_of``."""
+    cdef Mat mats[MAX_OPERANDS]
+    cdef Py_ssize_t count = _count(batch)
+    try:
+        _open(mats, operands, batch, name)
+        if count == 0 or nothing_to_do:
+            return 0
+        _dispatch(job, mats, count, mats[kind_of].dt, name)
+    finally:
+        _close(mats)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Solves with a factored or triangular A: getrs, sytrs, potrs, trsm (one batch loop)
+
+cdef int _solve(real_t kind, Job* j, Mat* fac, Mat* piv, Mat* rhs, Mat* x, Py_ssize_t count, int na, int m,
+                int n) noexcept nogil:
+    """x = op(A)^-1 rhs per batch entry, A (na x na) a factor or a triangle, rhs (m x n): getrs of
+    getrf's LU or sytrs of sytrf's LDL^T (with piv), potrs of a Cholesky factor, or trsm (side
+    left: m = na, right: n = na), as j.routine says, with the job's trans/uplo/side/diag."""
+    cdef int lda = na if na > 1 else 1, ldb = m if m > 1 else 1, inf = 0
+    cdef real_t one = 1
+    cdef real_t* a = <real_t*>malloc(<size_t>(na * na if na > 0 else 1) * sizeof(real_t))
+    cdef real_t* bb = <real_t*>malloc(<size_t>(m * n if m * n > 0 else 1) * sizeof(real_t))
+    cdef int* ipiv = <int*>malloc(<size_t>(na if na > 0 else 1) * sizeof(int))
+    cdef Py_ssize_t b
+    if a == NULL or bb == NULL or ipiv == NULL:
+        free(a); free(bb); free(ipiv)
+        return -1
+    for b in range(count):
+        _load(fac, b, na, na, a, lda)
+        _load_ints(piv, b, na, ipiv)          # nothing for potrs and trsm (no pivots)
+        _load(rhs, b, m, n, bb, ldb)
+        if j.routine == R_GETRS:
+            if real_t is float:
+                sgetrs(&j.trans, &na, &n, a, &lda, ipiv, bb, &ldb, &inf)
+            else:
+                dgetrs(&j.trans, &na, &n, a, &lda, ipiv, bb, &ldb, &inf)
+        elif j.routine == R_SYTRS:
+            if real_t is float:
+                ssytrs(&j.uplo, &na, &n, a, &lda, ipiv, bb, &ldb, &inf)
+            else:
+                dsytrs(&j.uplo, &na, &n, a, &lda, ipiv, bb, &ldb, &inf)
+        elif j.routine == R_POTRS:
+            if real_t is float:
+                spotrs(&j.uplo, &na, &n, a, &lda, bb, &ldb, &inf)
+            else:
+                dpotrs(&j.uplo, &na, &n, a, &lda, bb, &ldb, &inf)
+        elif real_t is float:
+            strsm(&j.side, &j.uplo, &j.trans, &j.diag, &m, &n, &one, a, &lda, bb, &ldb)
+        else:
+            dtrsm(&j.side, &j.uplo, &j.trans, &j.diag, &m, &n, &one, a, &lda, bb, &ldb)
+        _store(bb, ldb, x, b, m, n)
+    free(a); free(bb); free(ipiv)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
 # LU: getrf / getrs
 
 cdef int _getrf(real_t kind, Mat* a, Mat* lu, Mat* piv, Mat* info, Py_ssize_t count, int m, int n) noexcept nogil:
@@ -216,81 +380,22 @@ cdef int _getrf(real_t kind, Mat* a, Mat* lu, Mat* piv, Mat* info, Py_ssize_t co
 def getrf(batch, a, lu, piv, info):
     """LU with partial pivoting of a (batch + (m, n)); writes lu (same shape, may alias a),
     piv (batch + (min(m, n),), 1-based as LAPACK) and info (batch)."""
-    cdef Mat ma, ml, mp, mi
-    cdef int m, n, rc = 0
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_GETRF)
     batch = tuple(batch)
-    m, n = [_int(v, "m/n") for v in _shape(a)[-2:]]
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "getrf a")
-        _mat(&ml, lu, batch, 2, "getrf lu")
-        _mat(&mp, piv, batch, 1, "getrf piv")
-        _mat(&mi, info, batch, 0, "getrf info")
-        if count == 0:
-            return
-        if _real_kind(ml.dt, "getrf") == DT_FLOAT32:
-            with nogil:
-                rc = _getrf(<float>0, &ma, &ml, &mp, &mi, count, m, n)
-        else:
-            with nogil:
-                rc = _getrf(<double>0, &ma, &ml, &mp, &mi, count, m, n)
-    finally:
-        _free(&ma); _free(&ml); _free(&mp); _free(&mi)
-    if rc != 0:
-        raise MemoryError("getrf: could not allocate scratch")
-
-
-cdef int _getrs(real_t kind, Mat* lu, Mat* piv, Mat* rhs, Mat* x, Py_ssize_t count, int n, int nrhs,
-                char trans) noexcept nogil:
-    cdef int ld = n if n > 1 else 1, inf = 0
-    cdef real_t* a = <real_t*>malloc(<size_t>(n * n if n > 0 else 1) * sizeof(real_t))
-    cdef real_t* bb = <real_t*>malloc(<size_t>(n * nrhs if n * nrhs > 0 else 1) * sizeof(real_t))
-    cdef int* ipiv = <int*>malloc(<size_t>(n if n > 0 else 1) * sizeof(int))
-    cdef Py_ssize_t b
-    if a == NULL or bb == NULL or ipiv == NULL:
-        free(a); free(bb); free(ipiv)
-        return -1
-    for b in range(count):
-        _load(lu, b, n, n, a, ld)
-        _load_ints(piv, b, n, ipiv)
-        _load(rhs, b, n, nrhs, bb, ld)
-        if real_t is float:
-            sgetrs(&trans, &n, &nrhs, a, &ld, ipiv, bb, &ld, &inf)
-        else:
-            dgetrs(&trans, &n, &nrhs, a, &ld, ipiv, bb, &ld, &inf)
-        _store(bb, ld, x, b, n, nrhs)
-    free(a); free(bb); free(ipiv)
-    return 0
+    job.m, job.n = [_int(v, "m/n") for v in _shape(a)[-2:]]
+    _launch(&job, "getrf", batch, (("a", a, 2), ("lu", lu, 2), ("piv", piv, 1), ("info", info, 0)),
+            1, False)
 
 
 def getrs(batch, lu, piv, rhs, x, adjoint):
     """x = A^-1 rhs (A^-T rhs when adjoint) from getrf's lu/piv; rhs and x are batch + (n, k)."""
-    cdef Mat ml, mp, mb, mx
-    cdef int n, nrhs, rc = 0
-    cdef char trans = b'T' if adjoint else b'N'
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_GETRS)
+    job.trans = b'T' if adjoint else b'N'
     batch = tuple(batch)
-    n = _int(_shape(lu)[-1], "n")
-    nrhs = _int(_shape(rhs)[-1], "nrhs")
-    count = _count(batch)
-    try:
-        _mat(&ml, lu, batch, 2, "getrs lu")
-        _mat(&mp, piv, batch, 1, "getrs piv")
-        _mat(&mb, rhs, batch, 2, "getrs rhs")
-        _mat(&mx, x, batch, 2, "getrs x")
-        if count == 0 or n == 0 or nrhs == 0:
-            return
-        if _real_kind(mx.dt, "getrs") == DT_FLOAT32:
-            with nogil:
-                rc = _getrs(<float>0, &ml, &mp, &mb, &mx, count, n, nrhs, trans)
-        else:
-            with nogil:
-                rc = _getrs(<double>0, &ml, &mp, &mb, &mx, count, n, nrhs, trans)
-    finally:
-        _free(&ml); _free(&mp); _free(&mb); _free(&mx)
-    if rc != 0:
-        raise MemoryError("getrs: could not allocate scratch")
+    job.n = _int(_shape(lu)[-1], "n")
+    job.nrhs = _int(_shape(rhs)[-1], "nrhs")
+    _launch(&job, "getrs", batch, (("lu", lu, 2), ("piv", piv, 1), ("rhs", rhs, 2), ("x", x, 2)),
+            3, job.n == 0 or job.nrhs == 0)
 
 
 cdef int _lu_unpack(real_t kind, Mat* lu, Mat* piv, Mat* P, Mat* L, Mat* U, Py_ssize_t count,
@@ -337,31 +442,12 @@ cdef int _lu_unpack(real_t kind, Mat* lu, Mat* piv, Mat* P, Mat* L, Mat* U, Py_s
 
 def lu_unpack(batch, lu, piv, P, L, U):
     """P (batch + (m, m)), L (m, k), U (k, n) from getrf's lu/piv; absent outputs are None."""
-    cdef Mat ml, mp, mP, mL, mU
-    cdef int m, n, rc = 0, kind
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_LU_UNPACK)
     batch = tuple(batch)
-    m, n = [_int(v, "m/n") for v in _shape(lu)[-2:]]
-    count = _count(batch)
-    try:
-        _mat(&ml, lu, batch, 2, "lu_unpack lu")
-        _mat(&mp, piv, batch, 1, "lu_unpack piv")
-        _mat(&mP, P, batch, 2, "lu_unpack P")
-        _mat(&mL, L, batch, 2, "lu_unpack L")
-        _mat(&mU, U, batch, 2, "lu_unpack U")
-        if count == 0 or m == 0:
-            return
-        kind = _real_kind(ml.dt if lu is not None else mP.dt, "lu_unpack")
-        if kind == DT_FLOAT32:
-            with nogil:
-                rc = _lu_unpack(<float>0, &ml, &mp, &mP, &mL, &mU, count, m, n)
-        else:
-            with nogil:
-                rc = _lu_unpack(<double>0, &ml, &mp, &mP, &mL, &mU, count, m, n)
-    finally:
-        _free(&ml); _free(&mp); _free(&mP); _free(&mL); _free(&mU)
-    if rc != 0:
-        raise MemoryError("lu_unpack: could not allocate scratch")
+    job.m, job.n = [_int(v, "m/n") for v in _shape(lu)[-2:]]
+    _launch(&job, "lu_unpack", batch,
+            (("lu", lu, 2), ("piv", piv, 1), ("P", P, 2), ("L", L, 2), ("U", U, 2)),
+            0 if lu is not None else 2, job.m == 0)
 
 
 cdef int _lu_det(real_t kind, Mat* lu, Mat* piv, Mat* sign, Mat* value, Py_ssize_t count, int n,
@@ -405,31 +491,22 @@ cdef int _lu_det(real_t kind, Mat* lu, Mat* piv, Mat* sign, Mat* value, Py_ssize
 
 def lu_det(batch, lu, piv, sign, value):
     """det (sign None) or slogdet (sign and log|det|) from getrf's square lu/piv."""
-    cdef Mat ml, mp, ms, mv
-    cdef int n, rc = 0
+    cdef Job job = _job(R_LU_DET)
+    cdef Mat mats[MAX_OPERANDS]
     cdef Py_ssize_t count
     batch = tuple(batch)
-    n = _int(_shape(lu)[-1], "n")
+    job.n = _int(_shape(lu)[-1], "n")
+    job.flag = sign is not None
     count = _count(batch)
     try:
-        _mat(&ml, lu, batch, 2, "lu_det lu")
-        _mat(&mp, piv, batch, 1, "lu_det piv")
-        _mat(&ms, sign, batch, 0, "lu_det sign")
-        _mat(&mv, value, batch, 0, "lu_det value")
+        _open(mats, (("lu", lu, 2), ("piv", piv, 1), ("sign", sign, 0), ("value", value, 0)), batch, "lu_det")
         if count == 0:
             return
-        if n == 0:
+        if job.n == 0:
             raise KernelArgumentError("lu_det: empty matrices are handled by the op layer")
-        if _real_kind(ml.dt, "lu_det") == DT_FLOAT32:
-            with nogil:
-                rc = _lu_det(<float>0, &ml, &mp, &ms, &mv, count, n, sign is not None)
-        else:
-            with nogil:
-                rc = _lu_det(<double>0, &ml, &mp, &ms, &mv, count, n, sign is not None)
+        _dispatch(&job, mats, count, mats[0].dt, "lu_det")
     finally:
-        _free(&ml); _free(&mp); _free(&ms); _free(&mv)
-    if rc != 0:
-        raise MemoryError("lu_det: could not allocate scratch")
+        _close(mats)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,78 +537,22 @@ cdef int _potrf(real_t kind, Mat* a, Mat* out, Mat* info, Py_ssize_t count, int 
 def potrf(batch, a, out, info, upper):
     """Cholesky factor (lower L, or upper U when upper) of batch + (n, n); the other triangle is
     zeroed; info (batch, may be None) gets LAPACK's info."""
-    cdef Mat ma, mo, mi
-    cdef int n, rc = 0
-    cdef bint up = bool(upper)
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_POTRF)
+    job.flag = bool(upper)
     batch = tuple(batch)
-    n = _int(_shape(a)[-1], "n")
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "potrf a")
-        _mat(&mo, out, batch, 2, "potrf out")
-        _mat(&mi, info, batch, 0, "potrf info")
-        if count == 0:
-            return
-        if _real_kind(mo.dt, "potrf") == DT_FLOAT32:
-            with nogil:
-                rc = _potrf(<float>0, &ma, &mo, &mi, count, n, up)
-        else:
-            with nogil:
-                rc = _potrf(<double>0, &ma, &mo, &mi, count, n, up)
-    finally:
-        _free(&ma); _free(&mo); _free(&mi)
-    if rc != 0:
-        raise MemoryError("potrf: could not allocate scratch")
-
-
-cdef int _potrs(real_t kind, Mat* L, Mat* rhs, Mat* x, Py_ssize_t count, int n, int nrhs, bint upper) noexcept nogil:
-    cdef int ld = n if n > 1 else 1, inf = 0
-    cdef char uplo = b'U' if upper else b'L'
-    cdef real_t* a = <real_t*>malloc(<size_t>(n * n if n > 0 else 1) * sizeof(real_t))
-    cdef real_t* bb = <real_t*>malloc(<size_t>(n * nrhs if n * nrhs > 0 else 1) * sizeof(real_t))
-    cdef Py_ssize_t b
-    if a == NULL or bb == NULL:
-        free(a); free(bb)
-        return -1
-    for b in range(count):
-        _load(L, b, n, n, a, ld)
-        _load(rhs, b, n, nrhs, bb, ld)
-        if real_t is float:
-            spotrs(&uplo, &n, &nrhs, a, &ld, bb, &ld, &inf)
-        else:
-            dpotrs(&uplo, &n, &nrhs, a, &ld, bb, &ld, &inf)
-        _store(bb, ld, x, b, n, nrhs)
-    free(a); free(bb)
-    return 0
+    job.n = _int(_shape(a)[-1], "n")
+    _launch(&job, "potrf", batch, (("a", a, 2), ("out", out, 2), ("info", info, 0)), 1, False)
 
 
 def potrs(batch, L, rhs, x, upper):
     """x = (L L^T)^-1 rhs (U^T U when upper)."""
-    cdef Mat ml, mb, mx
-    cdef int n, nrhs, rc = 0
-    cdef bint up = bool(upper)
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_POTRS)
+    job.uplo = b'U' if upper else b'L'
     batch = tuple(batch)
-    n = _int(_shape(L)[-1], "n")
-    nrhs = _int(_shape(rhs)[-1], "nrhs")
-    count = _count(batch)
-    try:
-        _mat(&ml, L, batch, 2, "potrs L")
-        _mat(&mb, rhs, batch, 2, "potrs rhs")
-        _mat(&mx, x, batch, 2, "potrs x")
-        if count == 0 or n == 0 or nrhs == 0:
-            return
-        if _real_kind(mx.dt, "potrs") == DT_FLOAT32:
-            with nogil:
-                rc = _potrs(<float>0, &ml, &mb, &mx, count, n, nrhs, up)
-        else:
-            with nogil:
-                rc = _potrs(<double>0, &ml, &mb, &mx, count, n, nrhs, up)
-    finally:
-        _free(&ml); _free(&mb); _free(&mx)
-    if rc != 0:
-        raise MemoryError("potrs: could not allocate scratch")
+    job.n = _int(_shape(L)[-1], "n")
+    job.nrhs = _int(_shape(rhs)[-1], "nrhs")
+    _launch(&job, "potrs", batch, (("L", L, 2), ("rhs", rhs, 2), ("x", x, 2)),
+            2, job.n == 0 or job.nrhs == 0)
 
 
 cdef int _potri(real_t kind, Mat* L, Mat* out, Py_ssize_t count, int n, bint upper) noexcept nogil:
@@ -560,28 +581,11 @@ cdef int _potri(real_t kind, Mat* L, Mat* out, Py_ssize_t count, int n, bint upp
 
 def potri(batch, L, out, upper):
     """out = (L L^T)^-1 (U^T U when upper), the full symmetric matrix."""
-    cdef Mat ml, mo
-    cdef int n, rc = 0
-    cdef bint up = bool(upper)
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_POTRI)
+    job.flag = bool(upper)
     batch = tuple(batch)
-    n = _int(_shape(L)[-1], "n")
-    count = _count(batch)
-    try:
-        _mat(&ml, L, batch, 2, "potri L")
-        _mat(&mo, out, batch, 2, "potri out")
-        if count == 0 or n == 0:
-            return
-        if _real_kind(mo.dt, "potri") == DT_FLOAT32:
-            with nogil:
-                rc = _potri(<float>0, &ml, &mo, count, n, up)
-        else:
-            with nogil:
-                rc = _potri(<double>0, &ml, &mo, count, n, up)
-    finally:
-        _free(&ml); _free(&mo)
-    if rc != 0:
-        raise MemoryError("potri: could not allocate scratch")
+    job.n = _int(_shape(L)[-1], "n")
+    _launch(&job, "potri", batch, (("L", L, 2), ("out", out, 2)), 1, job.n == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -625,79 +629,21 @@ cdef int _sytrf(real_t kind, Mat* a, Mat* out, Mat* piv, Mat* info, Py_ssize_t c
 
 def sytrf(batch, a, out, piv, info):
     """Bunch-Kaufman LDL^T (lower) of symmetric batch + (n, n)."""
-    cdef Mat ma, mo, mp, mi
-    cdef int n, rc = 0
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_SYTRF)
     batch = tuple(batch)
-    n = _int(_shape(a)[-1], "n")
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "sytrf a")
-        _mat(&mo, out, batch, 2, "sytrf out")
-        _mat(&mp, piv, batch, 1, "sytrf piv")
-        _mat(&mi, info, batch, 0, "sytrf info")
-        if count == 0:
-            return
-        if _real_kind(mo.dt, "sytrf") == DT_FLOAT32:
-            with nogil:
-                rc = _sytrf(<float>0, &ma, &mo, &mp, &mi, count, n)
-        else:
-            with nogil:
-                rc = _sytrf(<double>0, &ma, &mo, &mp, &mi, count, n)
-    finally:
-        _free(&ma); _free(&mo); _free(&mp); _free(&mi)
-    if rc != 0:
-        raise MemoryError("sytrf: could not allocate scratch")
-
-
-cdef int _sytrs(real_t kind, Mat* ld_, Mat* piv, Mat* rhs, Mat* x, Py_ssize_t count, int n, int nrhs) noexcept nogil:
-    cdef int ld = n if n > 1 else 1, inf = 0
-    cdef char uplo = b'L'
-    cdef real_t* a = <real_t*>malloc(<size_t>(n * n if n > 0 else 1) * sizeof(real_t))
-    cdef real_t* bb = <real_t*>malloc(<size_t>(n * nrhs if n * nrhs > 0 else 1) * sizeof(real_t))
-    cdef int* ipiv = <int*>malloc(<size_t>(n if n > 0 else 1) * sizeof(int))
-    cdef Py_ssize_t b
-    if a == NULL or bb == NULL or ipiv == NULL:
-        free(a); free(bb); free(ipiv)
-        return -1
-    for b in range(count):
-        _load(ld_, b, n, n, a, ld)
-        _load_ints(piv, b, n, ipiv)
-        _load(rhs, b, n, nrhs, bb, ld)
-        if real_t is float:
-            ssytrs(&uplo, &n, &nrhs, a, &ld, ipiv, bb, &ld, &inf)
-        else:
-            dsytrs(&uplo, &n, &nrhs, a, &ld, ipiv, bb, &ld, &inf)
-        _store(bb, ld, x, b, n, nrhs)
-    free(a); free(bb); free(ipiv)
-    return 0
+    job.n = _int(_shape(a)[-1], "n")
+    _launch(&job, "sytrf", batch, (("a", a, 2), ("out", out, 2), ("piv", piv, 1), ("info", info, 0)),
+            1, False)
 
 
 def sytrs(batch, ld, piv, rhs, x):
-    cdef Mat ml, mp, mb, mx
-    cdef int n, nrhs, rc = 0
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_SYTRS)
+    job.uplo = b'L'          # sytrf's factor is the lower one
     batch = tuple(batch)
-    n = _int(_shape(ld)[-1], "n")
-    nrhs = _int(_shape(rhs)[-1], "nrhs")
-    count = _count(batch)
-    try:
-        _mat(&ml, ld, batch, 2, "sytrs ld")
-        _mat(&mp, piv, batch, 1, "sytrs piv")
-        _mat(&mb, rhs, batch, 2, "sytrs rhs")
-        _mat(&mx, x, batch, 2, "sytrs x")
-        if count == 0 or n == 0 or nrhs == 0:
-            return
-        if _real_kind(mx.dt, "sytrs") == DT_FLOAT32:
-            with nogil:
-                rc = _sytrs(<float>0, &ml, &mp, &mb, &mx, count, n, nrhs)
-        else:
-            with nogil:
-                rc = _sytrs(<double>0, &ml, &mp, &mb, &mx, count, n, nrhs)
-    finally:
-        _free(&ml); _free(&mp); _free(&mb); _free(&mx)
-    if rc != 0:
-        raise MemoryError("sytrs: could not allocate scratch")
+    job.n = _int(_shape(ld)[-1], "n")
+    job.nrhs = _int(_shape(rhs)[-1], "nrhs")
+    _launch(&job, "sytrs", batch, (("ld", ld, 2), ("piv", piv, 1), ("rhs", rhs, 2), ("x", x, 2)),
+            3, job.n == 0 or job.nrhs == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -779,29 +725,14 @@ cdef int _qr(real_t kind, Mat* a, Mat* Q, Mat* R, Mat* tau_out, Py_ssize_t count
 def qr(batch, a, Q, R, tau, qcols, rrows):
     """QR of a (batch + (m, n)): R (rrows x n, upper) and Q (m x qcols) as linalg_qr's modes;
     with Q and tau and no R: geqrf's packed output (Q gets the reflectors)."""
-    cdef Mat ma, mq, mr, mt
-    cdef int m, n, rc = 0, qc = _int(qcols, "qcols"), rr = _int(rrows, "rrows")
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_QR)
+    job.qcols = _int(qcols, "qcols")
+    job.rrows = _int(rrows, "rrows")
     batch = tuple(batch)
-    m, n = [_int(v, "m/n") for v in _shape(a)[-2:]]
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "qr a")
-        _mat(&mq, Q, batch, 2, "qr Q")
-        _mat(&mr, R, batch, 2, "qr R")
-        _mat(&mt, tau, batch, 1, "qr tau")
-        if count == 0 or m == 0:
-            return
-        if _real_kind(ma.dt if ma.p != NULL else (mq.dt if Q is not None else mr.dt), "qr") == DT_FLOAT32:
-            with nogil:
-                rc = _qr(<float>0, &ma, &mq, &mr, &mt, count, m, n, qc, rr)
-        else:
-            with nogil:
-                rc = _qr(<double>0, &ma, &mq, &mr, &mt, count, m, n, qc, rr)
-    finally:
-        _free(&ma); _free(&mq); _free(&mr); _free(&mt)
-    if rc != 0:
-        raise MemoryError("qr: could not allocate scratch")
+    job.m, job.n = [_int(v, "m/n") for v in _shape(a)[-2:]]
+    # The precision is a's unless a is empty (n == 0; the batch and m are not, or nothing runs).
+    _launch(&job, "qr", batch, (("a", a, 2), ("Q", Q, 2), ("R", R, 2), ("tau", tau, 1)),
+            0 if job.n != 0 else (1 if Q is not None else 2), job.m == 0)
 
 
 cdef int _orgqr(real_t kind, Mat* a, Mat* tau, Mat* out, Py_ssize_t count, int m, int n, int k) noexcept nogil:
@@ -833,29 +764,12 @@ cdef int _orgqr(real_t kind, Mat* a, Mat* tau, Mat* out, Py_ssize_t count, int m
 
 def orgqr(batch, a, tau, out):
     """Householder product: out (m x n) = H_1 ... H_k applied to the identity's first n columns."""
-    cdef Mat ma, mt, mo
-    cdef int m, n, k, rc = 0
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_ORGQR)
     batch = tuple(batch)
-    m, n = [_int(v, "m/n") for v in _shape(a)[-2:]]
-    k = _int(_shape(tau)[-1], "k")
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "orgqr a")
-        _mat(&mt, tau, batch, 1, "orgqr tau")
-        _mat(&mo, out, batch, 2, "orgqr out")
-        if count == 0 or m == 0 or n == 0:
-            return
-        if _real_kind(mo.dt, "orgqr") == DT_FLOAT32:
-            with nogil:
-                rc = _orgqr(<float>0, &ma, &mt, &mo, count, m, n, k)
-        else:
-            with nogil:
-                rc = _orgqr(<double>0, &ma, &mt, &mo, count, m, n, k)
-    finally:
-        _free(&ma); _free(&mt); _free(&mo)
-    if rc != 0:
-        raise MemoryError("orgqr: could not allocate scratch")
+    job.m, job.n = [_int(v, "m/n") for v in _shape(a)[-2:]]
+    job.k = _int(_shape(tau)[-1], "k")
+    _launch(&job, "orgqr", batch, (("a", a, 2), ("tau", tau, 1), ("out", out, 2)),
+            2, job.m == 0 or job.n == 0)
 
 
 cdef int _ormqr(real_t kind, Mat* a, Mat* tau, Mat* c, Mat* out, Py_ssize_t count, int ar, int k,
@@ -896,33 +810,16 @@ cdef int _ormqr(real_t kind, Mat* a, Mat* tau, Mat* c, Mat* out, Py_ssize_t coun
 
 def ormqr(batch, a, tau, c, out, left, transpose):
     """out = op(Q) C (left) or C op(Q), Q from geqrf's reflectors a (the first k = len(tau) columns)."""
-    cdef Mat ma, mt, mc, mo
-    cdef int ar, k, m, n, rc = 0
-    cdef char side = b'L' if left else b'R', trans = b'T' if transpose else b'N'
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_ORMQR)
+    job.side = b'L' if left else b'R'
+    job.trans = b'T' if transpose else b'N'
     batch = tuple(batch)
-    ar = _int(_shape(a)[-2], "rows")
-    k = _int(_shape(tau)[-1], "k")
-    m, n = [_int(v, "m/n") for v in _shape(c)[-2:]]
-    a = (a[0], a[1], tuple(a[2])[:-1] + (k,), a[3])    # only the first k reflector columns are read
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "ormqr a")
-        _mat(&mt, tau, batch, 1, "ormqr tau")
-        _mat(&mc, c, batch, 2, "ormqr c")
-        _mat(&mo, out, batch, 2, "ormqr out")
-        if count == 0 or m == 0 or n == 0:
-            return
-        if _real_kind(mo.dt, "ormqr") == DT_FLOAT32:
-            with nogil:
-                rc = _ormqr(<float>0, &ma, &mt, &mc, &mo, count, ar, k, m, n, side, trans)
-        else:
-            with nogil:
-                rc = _ormqr(<double>0, &ma, &mt, &mc, &mo, count, ar, k, m, n, side, trans)
-    finally:
-        _free(&ma); _free(&mt); _free(&mc); _free(&mo)
-    if rc != 0:
-        raise MemoryError("ormqr: could not allocate scratch")
+    job.a_rows = _int(_shape(a)[-2], "rows")
+    job.k = _int(_shape(tau)[-1], "k")
+    job.m, job.n = [_int(v, "m/n") for v in _shape(c)[-2:]]
+    a = (a[0], a[1], tuple(a[2])[:-1] + (job.k,), a[3])    # only the first k reflector columns are read
+    _launch(&job, "ormqr", batch, (("a", a, 2), ("tau", tau, 1), ("c", c, 2), ("out", out, 2)),
+            3, job.m == 0 or job.n == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -968,29 +865,11 @@ cdef int _syevd(real_t kind, Mat* a, Mat* w, Mat* v, Py_ssize_t count, int n, bi
 def syevd(batch, a, w, v, upper):
     """Eigenvalues w (ascending) and, when v is given, eigenvectors (columns) of symmetric a,
     read from its lower (upper) triangle."""
-    cdef Mat ma, mw, mv
-    cdef int n, rc = 0
-    cdef bint up = bool(upper)
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_SYEVD)
+    job.flag = bool(upper)
     batch = tuple(batch)
-    n = _int(_shape(a)[-1], "n")
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "syevd a")
-        _mat(&mw, w, batch, 1, "syevd w")
-        _mat(&mv, v, batch, 2, "syevd v")
-        if count == 0 or n == 0:
-            return
-        if _real_kind(mw.dt, "syevd") == DT_FLOAT32:
-            with nogil:
-                rc = _syevd(<float>0, &ma, &mw, &mv, count, n, up)
-        else:
-            with nogil:
-                rc = _syevd(<double>0, &ma, &mw, &mv, count, n, up)
-    finally:
-        _free(&ma); _free(&mw); _free(&mv)
-    if rc != 0:
-        raise MemoryError("syevd: could not allocate scratch")
+    job.n = _int(_shape(a)[-1], "n")
+    _launch(&job, "syevd", batch, (("a", a, 2), ("w", w, 1), ("v", v, 2)), 1, job.n == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1040,32 +919,14 @@ cdef int _gesdd(real_t kind, Mat* a, Mat* U, Mat* S, Mat* Vh, Py_ssize_t count, 
 def gesdd(batch, a, U, S, Vh, full_matrices):
     """Singular values S (descending) and, when U/Vh are given, the singular vectors of a
     (batch + (m, n)): U (m x k, or m x m when full_matrices), Vh (k x n, or n x n)."""
-    cdef Mat ma, mu, ms, mv
-    cdef int m, n, rc = 0
-    cdef bint full = bool(full_matrices)
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_GESDD)
+    job.flag = bool(full_matrices)
     batch = tuple(batch)
-    m, n = [_int(v, "m/n") for v in _shape(a)[-2:]]
-    count = _count(batch)
+    job.m, job.n = [_int(v, "m/n") for v in _shape(a)[-2:]]
     if (U is None) != (Vh is None):
         raise KernelArgumentError("gesdd: U and Vh are computed together")
-    try:
-        _mat(&ma, a, batch, 2, "gesdd a")
-        _mat(&mu, U, batch, 2, "gesdd U")
-        _mat(&ms, S, batch, 1, "gesdd S")
-        _mat(&mv, Vh, batch, 2, "gesdd Vh")
-        if count == 0 or m == 0 or n == 0:
-            return
-        if _real_kind(ms.dt, "gesdd") == DT_FLOAT32:
-            with nogil:
-                rc = _gesdd(<float>0, &ma, &mu, &ms, &mv, count, m, n, full)
-        else:
-            with nogil:
-                rc = _gesdd(<double>0, &ma, &mu, &ms, &mv, count, m, n, full)
-    finally:
-        _free(&ma); _free(&mu); _free(&ms); _free(&mv)
-    if rc != 0:
-        raise MemoryError("gesdd: could not allocate scratch")
+    _launch(&job, "gesdd", batch, (("a", a, 2), ("U", U, 2), ("S", S, 1), ("Vh", Vh, 2)),
+            2, job.m == 0 or job.n == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1132,86 +993,40 @@ cdef int _geev(real_t kind, Mat* a, Mat* w, Mat* v, Py_ssize_t count, int n) noe
 def geev(batch, a, w, v):
     """Eigenvalues w (complex64/complex128, LAPACK's order) and right eigenvectors v (columns,
     complex; None: not computed) of a real batch + (n, n)."""
-    cdef Mat ma, mw, mv
-    cdef int n, rc = 0
+    cdef Job job = _job(R_GEEV)
+    cdef Mat mats[MAX_OPERANDS]
     cdef Py_ssize_t count
     batch = tuple(batch)
-    n = _int(_shape(a)[-1], "n")
+    job.n = _int(_shape(a)[-1], "n")
     count = _count(batch)
     try:
-        _mat(&ma, a, batch, 2, "geev a")
-        _mat(&mw, w, batch, 1, "geev w")
-        _mat(&mv, v, batch, 2, "geev v")
-        if mw.dt != DT_COMPLEX64 and mw.dt != DT_COMPLEX128:
+        _open(mats, (("a", a, 2), ("w", w, 1), ("v", v, 2)), batch, "geev")
+        if mats[1].dt != DT_COMPLEX64 and mats[1].dt != DT_COMPLEX128:
             raise KernelArgumentError("geev: w must be complex64 or complex128")
-        if v is not None and mv.dt != mw.dt:
+        if v is not None and mats[2].dt != mats[1].dt:
             raise KernelArgumentError("geev: v must have w's dtype")
-        if count == 0 or n == 0:
+        if count == 0 or job.n == 0:
             return
-        if _real_kind(ma.dt, "geev") == DT_FLOAT32:
-            with nogil:
-                rc = _geev(<float>0, &ma, &mw, &mv, count, n)
-        else:
-            with nogil:
-                rc = _geev(<double>0, &ma, &mw, &mv, count, n)
+        _dispatch(&job, mats, count, mats[0].dt, "geev")
     finally:
-        _free(&ma); _free(&mw); _free(&mv)
-    if rc != 0:
-        raise MemoryError("geev: could not allocate scratch")
+        _close(mats)
 
 
 # ---------------------------------------------------------------------------------------------
 # Triangular solve: trsm
 
-cdef int _trsm(real_t kind, Mat* a, Mat* rhs, Mat* x, Py_ssize_t count, int m, int n, int na,
-               char side, char uplo, char trans, char diag) noexcept nogil:
-    cdef int lda = na if na > 1 else 1, ldb = m if m > 1 else 1
-    cdef real_t one = 1
-    cdef real_t* abuf = <real_t*>malloc(<size_t>(na * na if na > 0 else 1) * sizeof(real_t))
-    cdef real_t* bb = <real_t*>malloc(<size_t>(m * n if m * n > 0 else 1) * sizeof(real_t))
-    cdef Py_ssize_t b
-    if abuf == NULL or bb == NULL:
-        free(abuf); free(bb)
-        return -1
-    for b in range(count):
-        _load(a, b, na, na, abuf, lda)
-        _load(rhs, b, m, n, bb, ldb)
-        if real_t is float:
-            strsm(&side, &uplo, &trans, &diag, &m, &n, &one, abuf, &lda, bb, &ldb)
-        else:
-            dtrsm(&side, &uplo, &trans, &diag, &m, &n, &one, abuf, &lda, bb, &ldb)
-        _store(bb, ldb, x, b, m, n)
-    free(abuf); free(bb)
-    return 0
-
-
 def trsm(batch, a, rhs, x, upper, left, transpose, unitriangular):
     """x = op(A)^-1 rhs (left) or rhs op(A)^-1, A triangular (batch + (na, na)), rhs (m, n)."""
-    cdef Mat ma, mb, mx
-    cdef int m, n, na, rc = 0
-    cdef char side = b'L' if left else b'R', uplo = b'U' if upper else b'L'
-    cdef char trans = b'T' if transpose else b'N', diag = b'U' if unitriangular else b'N'
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_TRSM)
+    job.side = b'L' if left else b'R'
+    job.uplo = b'U' if upper else b'L'
+    job.trans = b'T' if transpose else b'N'
+    job.diag = b'U' if unitriangular else b'N'
     batch = tuple(batch)
-    na = _int(_shape(a)[-1], "n")
-    m, n = [_int(v, "m/n") for v in _shape(rhs)[-2:]]
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "trsm a")
-        _mat(&mb, rhs, batch, 2, "trsm rhs")
-        _mat(&mx, x, batch, 2, "trsm x")
-        if count == 0 or m == 0 or n == 0:
-            return
-        if _real_kind(mx.dt, "trsm") == DT_FLOAT32:
-            with nogil:
-                rc = _trsm(<float>0, &ma, &mb, &mx, count, m, n, na, side, uplo, trans, diag)
-        else:
-            with nogil:
-                rc = _trsm(<double>0, &ma, &mb, &mx, count, m, n, na, side, uplo, trans, diag)
-    finally:
-        _free(&ma); _free(&mb); _free(&mx)
-    if rc != 0:
-        raise MemoryError("trsm: could not allocate scratch")
+    job.na = _int(_shape(a)[-1], "n")
+    job.m, job.n = [_int(v, "m/n") for v in _shape(rhs)[-2:]]
+    _launch(&job, "trsm", batch, (("a", a, 2), ("rhs", rhs, 2), ("x", x, 2)),
+            2, job.m == 0 or job.n == 0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1297,31 +1112,14 @@ cdef int _gels(real_t kind, Mat* a, Mat* rhs, Mat* x, Mat* rank, Mat* sv, Py_ssi
 def gels(batch, a, rhs, x, rank, sv, driver, rcond):
     """Least squares min ||A X - B|| with LAPACK driver 0 gelsy, 1 gels, 2 gelsd, 3 gelss.
     x: batch + (max(m, n), nrhs), LAPACK's whole B on exit; rank / sv optional."""
-    cdef Mat ma, mb, mx, mr, ms
-    cdef int m, n, nrhs, rc = 0, drv = _int(driver, "driver")
-    cdef double rcnd = float(rcond)
-    cdef Py_ssize_t count
+    cdef Job job = _job(R_GELS)
+    job.driver = _int(driver, "driver")
+    job.rcond = float(rcond)
     batch = tuple(batch)
-    if drv > 3:
+    if job.driver > 3:
         raise KernelArgumentError(f"gels: unknown driver {driver!r}")
-    m, n = [_int(v, "m/n") for v in _shape(a)[-2:]]
-    nrhs = _int(_shape(rhs)[-1], "nrhs")
-    count = _count(batch)
-    try:
-        _mat(&ma, a, batch, 2, "gels a")
-        _mat(&mb, rhs, batch, 2, "gels rhs")
-        _mat(&mx, x, batch, 2, "gels x")
-        _mat(&mr, rank, batch, 0, "gels rank")
-        _mat(&ms, sv, batch, 1, "gels sv")
-        if count == 0 or m == 0 or n == 0:
-            return
-        if _real_kind(mx.dt, "gels") == DT_FLOAT32:
-            with nogil:
-                rc = _gels(<float>0, &ma, &mb, &mx, &mr, &ms, count, m, n, nrhs, drv, rcnd)
-        else:
-            with nogil:
-                rc = _gels(<double>0, &ma, &mb, &mx, &mr, &ms, count, m, n, nrhs, drv, rcnd)
-    finally:
-        _free(&ma); _free(&mb); _free(&mx); _free(&mr); _free(&ms)
-    if rc != 0:
-        raise MemoryError("gels: could not allocate scratch")
+    job.m, job.n = [_int(v, "m/n") for v in _shape(a)[-2:]]
+    job.nrhs = _int(_shape(rhs)[-1], "nrhs")
+    _launch(&job, "gels", batch,
+            (("a", a, 2), ("rhs", rhs, 2), ("x", x, 2), ("rank", rank, 0), ("sv", sv, 1)),
+            2, job.m == 0 or job.n == 0)

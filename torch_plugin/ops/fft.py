@@ -136,39 +136,51 @@ def _into_out(op: str, out: torch.Tensor, shape, result_dtype, compute) -> torch
     return out
 
 
-def _c2c(self, dim, normalization, forward, out=None):
-    op = "aten::_fft_c2c"
+def _checked_input(op: str, self, dim, complex_input: bool):
+    """The input's device and its wrapped transform dims, after ATen's dtype checks for a complex
+    (c2c, c2r) or real (r2c) input."""
     device = common_device(op, self)
-    if not self.is_complex():
-        raise RuntimeError(f"Only supports complex dtypes, but found: {_name(self.dtype)}")
-    if self.dtype not in _FFT_COMPLEX:
-        raise unsupported_dtype(op, self.dtype, _FFT_COMPLEX)
-    dims = _wrap_dims(op, dim, self.dim())
-    shape = tuple(self.shape)
-    scale = _scale(op, normalization, math.prod(shape[d] for d in dims))
+    if complex_input:
+        if not self.is_complex():
+            raise RuntimeError(f"Only supports complex dtypes, but found: {_name(self.dtype)}")
+        allowed = _FFT_COMPLEX
+    else:
+        if not self.is_floating_point():
+            raise RuntimeError(f"Only supports floating-point dtypes, but found: {_name(self.dtype)}")
+        allowed = _FFT_REAL
+    if self.dtype not in allowed:
+        raise unsupported_dtype(op, self.dtype, allowed)
+    return device, _wrap_dims(op, dim, self.dim())
 
+
+def _transform(op: str, kind: int, self, device: int, shape, result_dtype, dims, forward: bool, scale: float,
+               out):
+    """The transform into a new tensor with CPU's layout, or into ``out`` (see _into_out)."""
     def compute(target):
         src = _plain(self)
         if target is None:
-            target = torch.empty_strided(shape, _out_layout(C2C, shape, src.stride(), dims), dtype=self.dtype,
+            target = torch.empty_strided(shape, _out_layout(kind, shape, src.stride(), dims), dtype=result_dtype,
                                          device=torch.device("emu", device))
         if target.numel() == 0:
             return target
-        if not dims:  # no transform: a copy (n = 1 for every normalization)
+        if not dims:  # c2c over no dims (r2c and c2r need one): a copy, n = 1 for every normalization
             return target.copy_(src)
-        _launch(C2C, target, src, dims, forward, scale)
+        _launch(kind, target, src, dims, forward, scale)
         return target
-    return compute(None) if out is None else _into_out(op, out, shape, self.dtype, compute)
+    return compute(None) if out is None else _into_out(op, out, shape, result_dtype, compute)
+
+
+def _c2c(self, dim, normalization, forward, out=None):
+    op = "aten::_fft_c2c"
+    device, dims = _checked_input(op, self, dim, complex_input=True)
+    shape = tuple(self.shape)
+    scale = _scale(op, normalization, math.prod(shape[d] for d in dims))
+    return _transform(op, C2C, self, device, shape, self.dtype, dims, forward, scale, out)
 
 
 def _r2c(self, dim, normalization, onesided, out=None):
     op = "aten::_fft_r2c"
-    device = common_device(op, self)
-    if not self.is_floating_point():
-        raise RuntimeError(f"Only supports floating-point dtypes, but found: {_name(self.dtype)}")
-    if self.dtype not in _FFT_REAL:
-        raise unsupported_dtype(op, self.dtype, _FFT_REAL)
-    dims = _wrap_dims(op, dim, self.dim())
+    device, dims = _checked_input(op, self, dim, complex_input=False)
     if not dims:
         raise RuntimeError(f"{op}: expects at least one dim to transform")
     last = dims[-1]
@@ -181,26 +193,12 @@ def _r2c(self, dim, normalization, onesided, out=None):
     if self.shape[last] == 0 and math.prod(shape):
         raise RuntimeError(f"{op}: the signal on dim {last} is empty (Invalid number of data points (0) specified)")
     scale = _scale(op, normalization, max(n, 1))
-
-    def compute(target):
-        src = _plain(self)
-        if target is None:
-            target = torch.empty_strided(shape, _out_layout(R2C, shape, src.stride(), dims), dtype=result_dtype,
-                                         device=torch.device("emu", device))
-        if target.numel():
-            _launch(R2C, target, src, dims, True, scale)
-        return target
-    return compute(None) if out is None else _into_out(op, out, shape, result_dtype, compute)
+    return _transform(op, R2C, self, device, shape, result_dtype, dims, True, scale, out)
 
 
 def _c2r(self, dim, normalization, last_dim_size, out=None):
     op = "aten::_fft_c2r"
-    device = common_device(op, self)
-    if not self.is_complex():
-        raise RuntimeError(f"Only supports complex dtypes, but found: {_name(self.dtype)}")
-    if self.dtype not in _FFT_COMPLEX:
-        raise unsupported_dtype(op, self.dtype, _FFT_COMPLEX)
-    dims = _wrap_dims(op, dim, self.dim())
+    device, dims = _checked_input(op, self, dim, complex_input=True)
     if not dims:
         raise RuntimeError(f"{op}: expects at least one dim to transform")
     last = dims[-1]
@@ -215,16 +213,7 @@ def _c2r(self, dim, normalization, last_dim_size, out=None):
                            f"{last_dim_size} points needs {last_dim_size // 2 + 1}")
     result_dtype = _REAL_OF[self.dtype]
     scale = _scale(op, normalization, math.prod(shape[d] for d in dims))
-
-    def compute(target):
-        src = _plain(self)
-        if target is None:
-            target = torch.empty_strided(shape, _out_layout(C2R, shape, src.stride(), dims), dtype=result_dtype,
-                                         device=torch.device("emu", device))
-        if target.numel():
-            _launch(C2R, target, src, dims, False, scale)
-        return target
-    return compute(None) if out is None else _into_out(op, out, shape, result_dtype, compute)
+    return _transform(op, C2R, self, device, shape, result_dtype, dims, False, scale, out)
 
 
 def fft_c2c(self, dim, normalization, forward):
@@ -255,6 +244,17 @@ def fft_c2r_out(self, dim, normalization, last_dim_size, *, out):
 _COMPLEX_PART_DTYPES = (torch.float16, torch.float32, torch.float64)
 
 
+def _launch_binary(kernel: str, params: tuple, out, a, b, shape, result_dtype, device: int, via_plain: bool):
+    """Launch the elementwise ``kernel`` (params, out, a, b) over the broadcast ``shape``; with
+    ``via_plain`` (out's stored bits differ from the result's) into a plain result copied into out."""
+    target = torch.empty(shape, dtype=result_dtype, device=torch.device("emu", device)) if via_plain else out
+    rt().launch(kernel, (*params, device_ref(target), device_ref(a, shape, broadcast_strides(a, shape)),
+                         device_ref(b, shape, broadcast_strides(b, shape))), current_stream(device))
+    if target is not out:
+        out.copy_(target)
+    return out
+
+
 def _complex_parts(op: str, mode: int, a, b, out=None):
     device = common_device(op, a, b, *(() if out is None else (out,)))
     if a.dtype not in _COMPLEX_PART_DTYPES or b.dtype not in _COMPLEX_PART_DTYPES:
@@ -279,14 +279,9 @@ def _complex_parts(op: str, mode: int, a, b, out=None):
         return out
     emu = torch.device("emu", device)
     a, b = (t if t.device.type == "emu" else t.to(emu) for t in (a, b))  # CPU 0-dim operands
-    target = out
-    if out.is_conj() or out.is_neg():  # stored bits are not the value: write a plain result, copy it in
-        target = torch.empty(shape, dtype=result_dtype, device=emu)
-    rt().launch("complex_parts", (mode, device_ref(target), device_ref(a, shape, broadcast_strides(a, shape)),
-                                  device_ref(b, shape, broadcast_strides(b, shape))), current_stream(device))
-    if target is not out:
-        out.copy_(target)
-    return out
+    # stored bits that are not the value: a plain result, copied in
+    return _launch_binary("complex_parts", (mode,), out, a, b, shape, result_dtype, device,
+                          via_plain=out.is_conj() or out.is_neg())
 
 
 def complex(real, imag):
@@ -372,14 +367,8 @@ def _complex_mul(op: str, a, b, out=None):
     if out.numel() == 0:
         return out
     a, b = (_plain(t if t.device.type == "emu" else t.to(emu)) for t in (a, b))
-    target = out
-    if out.is_conj() or out.is_neg() or out.dtype != result_dtype:  # stored bits differ: via a plain result
-        target = torch.empty(shape, dtype=result_dtype, device=emu)
-    rt().launch("complex_mul", (device_ref(target), device_ref(a, shape, broadcast_strides(a, shape)),
-                                device_ref(b, shape, broadcast_strides(b, shape))), current_stream(device))
-    if target is not out:
-        out.copy_(target)
-    return out
+    return _launch_binary("complex_mul", (), out, a, b, shape, result_dtype, device,
+                          via_plain=out.is_conj() or out.is_neg() or out.dtype != result_dtype)
 
 
 def mul(self, other):

@@ -123,6 +123,14 @@ def _dev(api, *tensors):
 
 # -- LU ----------------------------------------------------------------------------------------------
 
+def _check_lu_input(api, A, pivot):
+    if A.dim() < 2:
+        raise RuntimeError(f"{api}: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
+    if not pivot:
+        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
+    _check_dtype(api, A)
+
+
 def _lu_factor_into(device, A, LU, pivots, info):
     nb = A.dim() - 2
     _launch(device, "getrf", nb, _ref(A), _ref(LU), _ref(pivots), _ref(info))
@@ -130,11 +138,7 @@ def _lu_factor_into(device, A, LU, pivots, info):
 
 def linalg_lu_factor_ex_out(A, *, pivot=True, check_errors=False, LU, pivots, info):
     api = "torch.linalg.lu_factor_ex"
-    if A.dim() < 2:
-        raise RuntimeError(f"{api}: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
-    if not pivot:
-        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
-    _check_dtype(api, A)
+    _check_lu_input(api, A, pivot)
     device = _dev(api, A, LU, pivots, info)
     m, n = A.shape[-2:]
     batch = tuple(A.shape[:-2])
@@ -208,11 +212,7 @@ def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
 
 def linalg_lu_out(A, *, pivot=True, P, L, U):
     api = "torch.linalg.lu"
-    if A.dim() < 2:
-        raise RuntimeError(f"{api}: Expected tensor with 2 or more dimensions. Got size: {list(A.shape)} instead")
-    if not pivot:
-        raise RuntimeError("linalg.lu_factor: LU without pivoting is not implemented on the CPU")
-    _check_dtype(api, A)
+    _check_lu_input(api, A, pivot)
     device = _dev(api, A)
     m, n = A.shape[-2:]
     k = min(m, n)
@@ -335,13 +335,20 @@ def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
                                 pivots=e(torch.int32), info=e(torch.int32))
 
 
-def linalg_inv_ex_out(A, *, check_errors=False, inverse, info):
-    api = "linalg.inv"
+def _square_result_and_info(api, A, result, info):
+    """The checks of an op on square matrices with a result shaped as A and an info per matrix;
+    returns the device and the two outs (see _out)."""
     _check_dtype(api, A)
     _check_matrix(api, A)
-    device = _dev(api, A, inverse, info)
-    inverse = _out(api, inverse, A.shape, A.dtype)
+    device = _dev(api, A, result, info)
+    result = _out(api, result, A.shape, A.dtype)
     info = _out(api, info, A.shape[:-2], torch.int32, fortran=False)
+    return device, result, info
+
+
+def linalg_inv_ex_out(A, *, check_errors=False, inverse, info):
+    api = "linalg.inv"
+    device, inverse, info = _square_result_and_info(api, A, inverse, info)
     _writable(api, inverse, A)
     n = A.shape[-1]
     # As ATen: inv(A) = solve(A, I); the identity is read broadcast.
@@ -369,18 +376,25 @@ def _det_common(api, A):
     return _dev(api, A)
 
 
+def _factor_for_det(api, device, A, LU, pivots, *results):
+    """getrf of A into the LU/pivots outs (after the result outs were checked); returns them."""
+    batch, n = tuple(A.shape[:-2]), A.shape[-1]
+    LU = _out(api, LU, A.shape, A.dtype)
+    pivots = _out(api, pivots, batch + (n,), torch.int32, fortran=False)
+    for t in (*results, LU, pivots):
+        _writable(api, t, A)
+    info = _empty(batch, torch.int32, device)
+    # As ATen: a contiguous A is factored as A^T (det(A^T) = det(A)); the backward relies on it.
+    _lu_factor_into(device, A.mT if A.is_contiguous() else A, LU, pivots, info)
+    return LU, pivots
+
+
 def _linalg_det_out(A, *, result, LU, pivots):
     api = "linalg.det"
     device = _det_common(api, A)
     batch, n = tuple(A.shape[:-2]), A.shape[-1]
     result = _out(api, result, batch, A.dtype, fortran=False)
-    LU = _out(api, LU, A.shape, A.dtype)
-    pivots = _out(api, pivots, batch + (n,), torch.int32, fortran=False)
-    for t in (result, LU, pivots):
-        _writable(api, t, A)
-    info = _empty(batch, torch.int32, device)
-    # As ATen: a contiguous A is factored as A^T (det(A^T) = det(A)); the backward relies on it.
-    _lu_factor_into(device, A.mT if A.is_contiguous() else A, LU, pivots, info)
+    LU, pivots = _factor_for_det(api, device, A, LU, pivots, result)
     if n == 0:
         result.fill_(1)
     elif result.numel():
@@ -401,13 +415,7 @@ def _linalg_slogdet_out(A, *, sign, logabsdet, LU, pivots):
     batch, n = tuple(A.shape[:-2]), A.shape[-1]
     sign = _out(api, sign, batch, A.dtype, fortran=False)
     logabsdet = _out(api, logabsdet, batch, A.dtype, fortran=False)
-    LU = _out(api, LU, A.shape, A.dtype)
-    pivots = _out(api, pivots, batch + (n,), torch.int32, fortran=False)
-    for t in (sign, logabsdet, LU, pivots):
-        _writable(api, t, A)
-    info = _empty(batch, torch.int32, device)
-    # As ATen: a contiguous A is factored as A^T (det(A^T) = det(A)); the backward relies on it.
-    _lu_factor_into(device, A.mT if A.is_contiguous() else A, LU, pivots, info)
+    LU, pivots = _factor_for_det(api, device, A, LU, pivots, sign, logabsdet)
     if n == 0:
         sign.fill_(1)
         logabsdet.fill_(0)
@@ -428,11 +436,7 @@ def _linalg_slogdet(A):
 
 def linalg_cholesky_ex_out(A, *, upper=False, check_errors=False, L, info):
     api = "linalg.cholesky"
-    _check_dtype(api, A)
-    _check_matrix(api, A)
-    device = _dev(api, A, L, info)
-    L = _out(api, L, A.shape, A.dtype)
-    info = _out(api, info, A.shape[:-2], torch.int32, fortran=False)
+    device, L, info = _square_result_and_info(api, A, L, info)
     for t in (L, info):
         _writable(api, t, A)
     _launch(device, "potrf", A.dim() - 2, _ref(A), _ref(L), _ref(info), bool(upper))
