@@ -1076,54 +1076,142 @@ cdef void* _plane_acc(Vol* v, int dt, str what) except NULL:
     return acc
 
 
+cdef inline const char* _ind_at(const char* ind, Py_ssize_t* is_, Py_ssize_t n, Py_ssize_t c, Py_ssize_t d,
+                                Py_ssize_t h, Py_ssize_t w) noexcept nogil:
+    return ind + n * is_[0] + c * is_[1] + d * is_[2] + h * is_[3] + w * is_[4]
+
+
+# Windows are [lo, hi) per spatial dim (d, h, w), walked by step; the helpers below serve every
+# pooling kind, which differ only in how they place the window.
+
+cdef inline void _adaptive_window3(Vol* v, Py_ssize_t od, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t* lo,
+                                   Py_ssize_t* hi) noexcept nogil:
+    """CPU's adaptive window of output voxel (od, oh, ow)."""
+    lo[0], hi[0] = _start(od, v.OD, v.D), _end(od, v.OD, v.D)
+    lo[1], hi[1] = _start(oh, v.OH, v.H), _end(oh, v.OH, v.H)
+    lo[2], hi[2] = _start(ow, v.OW, v.W), _end(ow, v.OW, v.W)
+
+
+cdef inline acc_t _adaptive_divide(acc_t s, Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    return s / <acc_t>(hi[0] - lo[0]) / <acc_t>(hi[1] - lo[1]) / <acc_t>(hi[2] - lo[2])   # CPU divides per dim
+
+
+cdef inline cmp_t _window_max(Vol* v, const char* x, int xdt, Py_ssize_t n, Py_ssize_t c, Py_ssize_t* lo,
+                              Py_ssize_t* hi, Py_ssize_t* step, cmp_t lowest, Py_ssize_t* idx) noexcept nogil:
+    """The max of plane (n, c) of x over a window and (idx) its flat plane offset, the window's
+    first voxel when nothing beats ``lowest``. NaN propagates, the last NaN winning (as CPU)."""
+    cdef Py_ssize_t id_, ih, iw
+    cdef cmp_t val, best = lowest
+    idx[0] = (lo[0] * v.H + lo[1]) * v.W + lo[2]
+    id_ = lo[0]
+    while id_ < hi[0]:
+        ih = lo[1]
+        while ih < hi[1]:
+            iw = lo[2]
+            while iw < hi[2]:
+                load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                if (cmp_t is double and (val > best or val != val)) or (cmp_t is int64_t and val > best):
+                    best = val
+                    idx[0] = (id_ * v.H + ih) * v.W + iw
+                iw += step[2]
+            ih += step[1]
+        id_ += step[0]
+    return best
+
+
+cdef inline acc_t _window_sum(Vol* v, const char* x, int xdt, Py_ssize_t n, Py_ssize_t c, Py_ssize_t* lo,
+                              Py_ssize_t* hi, acc_t zero) noexcept nogil:
+    cdef Py_ssize_t id_, ih, iw
+    cdef acc_t s = zero, val
+    for id_ in range(lo[0], hi[0]):
+        for ih in range(lo[1], hi[1]):
+            for iw in range(lo[2], hi[2]):
+                load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
+                s = s + val
+    return s
+
+
+cdef inline void _window_add(Vol* v, acc_t* acc, Py_ssize_t* lo, Py_ssize_t* hi, acc_t g) noexcept nogil:
+    """acc (one plane) += g over a window: the adjoint of _window_sum."""
+    cdef Py_ssize_t id_, ih, iw
+    for id_ in range(lo[0], hi[0]):
+        for ih in range(lo[1], hi[1]):
+            for iw in range(lo[2], hi[2]):
+                acc[(id_ * v.H + ih) * v.W + iw] += g
+
+
 # -- max pooling with indices over (D, H, W) windows
+
+cdef inline void _max_window3(Vol* v, Py_ssize_t* k, Py_ssize_t od, Py_ssize_t oh, Py_ssize_t ow,
+                              Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """max_pool3d's dilated window of output voxel (od, oh, ow), lo moved to its first tap inside."""
+    cdef Py_ssize_t o[3]
+    cdef Py_ssize_t size[3]
+    cdef int i
+    o[0], o[1], o[2] = od, oh, ow
+    size[0], size[1], size[2] = v.D, v.H, v.W
+    for i in range(3):
+        lo[i] = o[i] * k[3 + i] - k[6 + i]
+        hi[i] = lo[i] + (k[i] - 1) * k[9 + i] + 1
+        if hi[i] > size[i]:
+            hi[i] = size[i]
+        while lo[i] < 0:
+            lo[i] += k[9 + i]
+
 
 cdef void _max_pool3(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
                      Py_ssize_t* k, cmp_t lowest) noexcept nogil:
-    # k = kernel (3), stride (3), padding (3), dilation (3)
-    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, idx
-    cdef cmp_t val, best
+    # k = kernel (3), stride (3), padding (3), dilation (3); NULL: CPU's adaptive windows
+    cdef Py_ssize_t n, c, od, oh, ow, idx
+    cdef Py_ssize_t lo[3]
+    cdef Py_ssize_t hi[3]
+    cdef Py_ssize_t unit[3]
+    cdef Py_ssize_t* step = unit       # the dilation; adaptive windows are dense
+    cdef cmp_t best
+    unit[0] = unit[1] = unit[2] = 1
+    if k != NULL:
+        step = k + 9
     for n in range(v.N):
         for c in range(v.C):
             for od in range(v.OD):
-                d0 = od * k[3] - k[6]
-                d1 = d0 + (k[0] - 1) * k[9] + 1
-                if d1 > v.D:
-                    d1 = v.D
-                while d0 < 0:
-                    d0 += k[9]
                 for oh in range(v.OH):
-                    h0 = oh * k[4] - k[7]
-                    h1 = h0 + (k[1] - 1) * k[10] + 1
-                    if h1 > v.H:
-                        h1 = v.H
-                    while h0 < 0:
-                        h0 += k[10]
                     for ow in range(v.OW):
-                        w0 = ow * k[5] - k[8]
-                        w1 = w0 + (k[2] - 1) * k[11] + 1
-                        if w1 > v.W:
-                            w1 = v.W
-                        while w0 < 0:
-                            w0 += k[11]
-                        best = lowest
-                        idx = (d0 * v.H + h0) * v.W + w0
-                        id_ = d0
-                        while id_ < d1:
-                            ih = h0
-                            while ih < h1:
-                                iw = w0
-                                while iw < w1:
-                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
-                                    if (cmp_t is double and (val > best or val != val)) or \
-                                            (cmp_t is int64_t and val > best):
-                                        best = val
-                                        idx = (id_ * v.H + ih) * v.W + iw
-                                    iw += k[11]
-                                ih += k[10]
-                            id_ += k[9]
+                        if k == NULL:
+                            _adaptive_window3(v, od, oh, ow, lo, hi)
+                        else:
+                            _max_window3(v, k, od, oh, ow, lo, hi)
+                        best = _window_max(v, x, xdt, n, c, lo, hi, step, lowest, &idx)
                         store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
-                        ek_st_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4], idx)
+                        ek_st_i64(<char*>_ind_at(ind, is_, n, c, od, oh, ow), idx)
+
+
+cdef int _max_pool_entry(object y_addr, int ydt, object y_strides, object y_shape, object ind_addr,
+                         object ind_strides, object x_addr, int xdt, object x_strides, object x_shape, Py_ssize_t* k,
+                         str what) except -1:
+    """The rest of max_pool3d (k: its window) and adaptive_max_pool3d (k NULL) once their own
+    arguments are read: the shared checks, then the kernel."""
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef char* y
+    cdef char* ind
+    cdef const char* x
+    if xdt == DT_BOOL or ydt != xdt:
+        raise KernelArgumentError(f"{what}: unsupported dtypes {_DTYPE_NAMES[xdt]} -> {_DTYPE_NAMES[ydt]}")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, what)
+    _byte_strides(ind_strides, 5, DT_INT64, is_, f"{what} ind_strides")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
+        return 0
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError(f"{what}: empty input plane")
+    y = as_ptr(y_addr, f"{what} y_addr")
+    ind = as_ptr(ind_addr, f"{what} ind_addr")
+    x = as_ptr(x_addr, f"{what} x_addr")
+    with nogil:
+        if is_floating(xdt):
+            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <double>-INFINITY)
+        else:
+            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <int64_t>INT64_MIN)
+    return 0
 
 
 def max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
@@ -1133,94 +1221,26 @@ def max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_add
     last NaN wins, as CPU). Any dtype but bool; y has x's dtype."""
     cdef int ydt = check_dtype(y_dtype, "max_pool3d y_dtype")
     cdef int xdt = check_dtype(x_dtype, "max_pool3d x_dtype")
-    cdef Vol v
-    cdef Py_ssize_t is_[5]
     cdef Py_ssize_t k[12]
-    cdef char* y
-    cdef char* ind
-    cdef const char* x
     cdef int i
     vals = _ints(window, 12, "max_pool3d window")
     for i in range(12):
         k[i] = vals[i]
         if k[i] < 0 or (k[i] == 0 and not 6 <= i < 9):
             raise KernelArgumentError(f"max_pool3d: invalid window {tuple(vals)!r}")
-    if xdt == DT_BOOL or ydt != xdt:
-        raise KernelArgumentError(f"max_pool3d: unsupported dtypes {_DTYPE_NAMES[xdt]} -> {_DTYPE_NAMES[ydt]}")
-    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "max_pool3d")
-    _byte_strides(ind_strides, 5, DT_INT64, is_, "max_pool3d ind_strides")
-    if v.N * v.C * v.OD * v.OH * v.OW == 0:
-        return
-    if v.D * v.H * v.W == 0:
-        raise KernelArgumentError("max_pool3d: empty input plane")
-    y = as_ptr(y_addr, "max_pool3d y_addr")
-    ind = as_ptr(ind_addr, "max_pool3d ind_addr")
-    x = as_ptr(x_addr, "max_pool3d x_addr")
-    with nogil:
-        if is_floating(xdt):
-            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <double>-INFINITY)
-        else:
-            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <int64_t>INT64_MIN)
+    _max_pool_entry(y_addr, ydt, y_strides, y_shape, ind_addr, ind_strides, x_addr, xdt, x_strides, x_shape, k,
+                    "max_pool3d")
 
 
 # -- adaptive max pooling
-
-cdef void _adaptive_max3(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
-                         cmp_t lowest) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, idx
-    cdef cmp_t val, best
-    for n in range(v.N):
-        for c in range(v.C):
-            for od in range(v.OD):
-                d0 = _start(od, v.OD, v.D)
-                d1 = _end(od, v.OD, v.D)
-                for oh in range(v.OH):
-                    h0 = _start(oh, v.OH, v.H)
-                    h1 = _end(oh, v.OH, v.H)
-                    for ow in range(v.OW):
-                        w0 = _start(ow, v.OW, v.W)
-                        w1 = _end(ow, v.OW, v.W)
-                        best = lowest
-                        idx = (d0 * v.H + h0) * v.W + w0
-                        for id_ in range(d0, d1):
-                            for ih in range(h0, h1):
-                                for iw in range(w0, w1):
-                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
-                                    if (cmp_t is double and (val > best or val != val)) or \
-                                            (cmp_t is int64_t and val > best):
-                                        best = val
-                                        idx = (id_ * v.H + ih) * v.W + iw
-                        store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
-                        ek_st_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4], idx)
-
 
 def adaptive_max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype,
                         x_strides, x_shape):
     """y, indices (N, C, OD, OH, OW) = max over CPU's adaptive windows of x (N, C, D, H, W)."""
     cdef int ydt = check_dtype(y_dtype, "adaptive_max_pool3d y_dtype")
     cdef int xdt = check_dtype(x_dtype, "adaptive_max_pool3d x_dtype")
-    cdef Vol v
-    cdef Py_ssize_t is_[5]
-    cdef char* y
-    cdef char* ind
-    cdef const char* x
-    if xdt == DT_BOOL or ydt != xdt:
-        raise KernelArgumentError(f"adaptive_max_pool3d: unsupported dtypes {_DTYPE_NAMES[xdt]} -> "
-                                  f"{_DTYPE_NAMES[ydt]}")
-    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_max_pool3d")
-    _byte_strides(ind_strides, 5, DT_INT64, is_, "adaptive_max_pool3d ind_strides")
-    if v.N * v.C * v.OD * v.OH * v.OW == 0:
-        return
-    if v.D * v.H * v.W == 0:
-        raise KernelArgumentError("adaptive_max_pool3d: empty input plane")
-    y = as_ptr(y_addr, "adaptive_max_pool3d y_addr")
-    ind = as_ptr(ind_addr, "adaptive_max_pool3d ind_addr")
-    x = as_ptr(x_addr, "adaptive_max_pool3d x_addr")
-    with nogil:
-        if is_floating(xdt):
-            _adaptive_max3(&v, x, xdt, y, ydt, ind, is_, <double>-INFINITY)
-        else:
-            _adaptive_max3(&v, x, xdt, y, ydt, ind, is_, <int64_t>INT64_MIN)
+    _max_pool_entry(y_addr, ydt, y_strides, y_shape, ind_addr, ind_strides, x_addr, xdt, x_strides, x_shape, NULL,
+                    "adaptive_max_pool3d")
 
 
 # -- the backward of every indexed max pooling: scatter-add at the indices
@@ -1237,7 +1257,7 @@ cdef Py_ssize_t _index_backward(Vol* v, acc_t* acc, char* gi, int gdt, const cha
             for od in range(v.OD):
                 for oh in range(v.OH):
                     for ow in range(v.OW):
-                        idx = ek_ld_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4])
+                        idx = ek_ld_i64(_ind_at(ind, is_, n, c, od, oh, ow))
                         if idx < 0 or idx >= plane:
                             bad[0] = idx
                             return 1
@@ -1302,7 +1322,7 @@ cdef Py_ssize_t _unpool(Vol* v, char* y, int ydt, const char* x, int xdt, const 
             for d in range(v.D):
                 for h in range(v.H):
                     for w in range(v.W):
-                        idx = ek_ld_i64(ind + n * is_[0] + c * is_[1] + d * is_[2] + h * is_[3] + w * is_[4])
+                        idx = ek_ld_i64(_ind_at(ind, is_, n, c, d, h, w))
                         if idx < 0 or idx >= plane:
                             bad[0] = idx
                             return 1
@@ -1345,7 +1365,7 @@ def max_unpool(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, 
                                   f"{v.OD}x{v.OH}x{v.OW})")
 
 
-# -- average pooling over (D, H, W) windows
+# -- average pooling over (D, H, W) windows (and, with no AvgWindow3, CPU's adaptive ones)
 
 cdef struct AvgWindow3:
     Py_ssize_t k[9]        # kernel, stride, padding
@@ -1380,24 +1400,24 @@ cdef inline Py_ssize_t _avg_window3(AvgWindow3* a, Vol* v, Py_ssize_t od, Py_ssi
 
 
 cdef void _avg_pool3(Vol* v, AvgWindow3* a, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, id_, ih, iw, div
+    """Window means of x over avg_pool3d's windows, or (a NULL) over CPU's adaptive ones."""
+    cdef Py_ssize_t n, c, od, oh, ow, div
     cdef Py_ssize_t lo[3]
     cdef Py_ssize_t hi[3]
-    cdef acc_t s, val
+    cdef acc_t s
     for n in range(v.N):
         for c in range(v.C):
             for od in range(v.OD):
                 for oh in range(v.OH):
                     for ow in range(v.OW):
-                        div = _avg_window3(a, v, od, oh, ow, lo, hi)
                         s = zero
-                        if div:
-                            for id_ in range(lo[0], hi[0]):
-                                for ih in range(lo[1], hi[1]):
-                                    for iw in range(lo[2], hi[2]):
-                                        load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
-                                        s = s + val
-                            s = s / <acc_t>div
+                        if a == NULL:
+                            _adaptive_window3(v, od, oh, ow, lo, hi)
+                            s = _adaptive_divide(_window_sum(v, x, xdt, n, c, lo, hi, zero), lo, hi)
+                        else:
+                            div = _avg_window3(a, v, od, oh, ow, lo, hi)
+                            if div:
+                                s = _window_sum(v, x, xdt, n, c, lo, hi, zero) / <acc_t>div
                         store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
 
 
@@ -1441,7 +1461,8 @@ def avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, 
 
 cdef void _avg_pool3_backward(Vol* v, AvgWindow3* a, acc_t* acc, char* gi, int gdt, const char* go,
                               int godt) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, id_, ih, iw, div, i, plane = v.D * v.H * v.W
+    """The adjoint of _avg_pool3 (a NULL: adaptive windows)."""
+    cdef Py_ssize_t n, c, od, oh, ow, div, i, plane = v.D * v.H * v.W
     cdef Py_ssize_t lo[3]
     cdef Py_ssize_t hi[3]
     cdef acc_t g
@@ -1452,15 +1473,17 @@ cdef void _avg_pool3_backward(Vol* v, AvgWindow3* a, acc_t* acc, char* gi, int g
             for od in range(v.OD):
                 for oh in range(v.OH):
                     for ow in range(v.OW):
-                        div = _avg_window3(a, v, od, oh, ow, lo, hi)
-                        if not div:
-                            continue
-                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
-                        g = g / <acc_t>div
-                        for id_ in range(lo[0], hi[0]):
-                            for ih in range(lo[1], hi[1]):
-                                for iw in range(lo[2], hi[2]):
-                                    acc[(id_ * v.H + ih) * v.W + iw] += g
+                        if a == NULL:
+                            _adaptive_window3(v, od, oh, ow, lo, hi)
+                            load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                            g = _adaptive_divide(g, lo, hi)
+                        else:
+                            div = _avg_window3(a, v, od, oh, ow, lo, hi)
+                            if not div:
+                                continue
+                            load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
+                            g = g / <acc_t>div
+                        _window_add(v, acc, lo, hi, g)
             _store_plane(v, acc, gi, gdt, n, c)
 
 
@@ -1495,30 +1518,6 @@ def avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dty
 
 # -- adaptive average pooling
 
-cdef void _adaptive_avg3(Vol* v, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw
-    cdef acc_t s, val
-    for n in range(v.N):
-        for c in range(v.C):
-            for od in range(v.OD):
-                d0 = _start(od, v.OD, v.D)
-                d1 = _end(od, v.OD, v.D)
-                for oh in range(v.OH):
-                    h0 = _start(oh, v.OH, v.H)
-                    h1 = _end(oh, v.OH, v.H)
-                    for ow in range(v.OW):
-                        w0 = _start(ow, v.OW, v.W)
-                        w1 = _end(ow, v.OW, v.W)
-                        s = zero
-                        for id_ in range(d0, d1):
-                            for ih in range(h0, h1):
-                                for iw in range(w0, w1):
-                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
-                                    s = s + val
-                        s = s / <acc_t>(d1 - d0) / <acc_t>(h1 - h0) / <acc_t>(w1 - w0)   # CPU divides per dim
-                        store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
-
-
 def adaptive_avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape):
     cdef int ydt = check_dtype(y_dtype, "adaptive_avg_pool3d y_dtype")
     cdef int xdt = check_dtype(x_dtype, "adaptive_avg_pool3d x_dtype")
@@ -1536,34 +1535,9 @@ def adaptive_avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_
     x = as_ptr(x_addr, "adaptive_avg_pool3d x_addr")
     with nogil:
         if ydt == DT_FLOAT64:
-            _adaptive_avg3(&v, x, xdt, y, ydt, <double>0)
+            _avg_pool3(&v, NULL, x, xdt, y, ydt, <double>0)
         else:
-            _adaptive_avg3(&v, x, xdt, y, ydt, <float>0)
-
-
-cdef void _adaptive_avg3_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, i, plane = v.D * v.H * v.W
-    cdef acc_t g
-    for n in range(v.N):
-        for c in range(v.C):
-            for i in range(plane):
-                acc[i] = 0
-            for od in range(v.OD):
-                d0 = _start(od, v.OD, v.D)
-                d1 = _end(od, v.OD, v.D)
-                for oh in range(v.OH):
-                    h0 = _start(oh, v.OH, v.H)
-                    h1 = _end(oh, v.OH, v.H)
-                    for ow in range(v.OW):
-                        w0 = _start(ow, v.OW, v.W)
-                        w1 = _end(ow, v.OW, v.W)
-                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
-                        g = g / <acc_t>(d1 - d0) / <acc_t>(h1 - h0) / <acc_t>(w1 - w0)
-                        for id_ in range(d0, d1):
-                            for ih in range(h0, h1):
-                                for iw in range(w0, w1):
-                                    acc[(id_ * v.H + ih) * v.W + iw] += g
-            _store_plane(v, acc, gi, gdt, n, c)
+            _avg_pool3(&v, NULL, x, xdt, y, ydt, <float>0)
 
 
 def adaptive_avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
@@ -1586,9 +1560,9 @@ def adaptive_avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_add
     acc = _plane_acc(&v, gdt, "adaptive_avg_pool3d_backward")
     with nogil:
         if gdt == DT_FLOAT64:
-            _adaptive_avg3_backward(&v, <double*>acc, gi, gdt, go, godt)
+            _avg_pool3_backward(&v, NULL, <double*>acc, gi, gdt, go, godt)
         else:
-            _adaptive_avg3_backward(&v, <float*>acc, gi, gdt, go, godt)
+            _avg_pool3_backward(&v, NULL, <float*>acc, gi, gdt, go, godt)
     free(acc)
 
 
@@ -2424,14 +2398,18 @@ cdef void _fractional3(Vol* v, const char* x, int xdt, char* y, int ydt, char* i
                        const char* smp, int sdt, Py_ssize_t* ss, int ndim, Py_ssize_t* pool,
                        Py_ssize_t* seq) noexcept nogil:
     # seq holds OD + OH + OW interval starts; sample j of plane (n, c) drives spatial dim 3 - ndim + j
-    cdef Py_ssize_t n, c, od, oh, ow, id_, ih, iw, idx, j
+    cdef Py_ssize_t n, c, od, oh, ow, idx, j
+    cdef Py_ssize_t lo[3]
+    cdef Py_ssize_t hi[3]
+    cdef Py_ssize_t step[3]
     cdef Py_ssize_t* sd = seq
     cdef Py_ssize_t* sh = seq + v.OD
     cdef Py_ssize_t* sw = seq + v.OD + v.OH
     cdef Py_ssize_t ins[3]
     cdef Py_ssize_t outs[3]
     cdef Py_ssize_t* seqs[3]
-    cdef double sample, val, best
+    cdef double sample, best
+    step[0] = step[1] = step[2] = 1
     ins[0], ins[1], ins[2] = v.D, v.H, v.W
     outs[0], outs[1], outs[2] = v.OD, v.OH, v.OW
     seqs[0], seqs[1], seqs[2] = sd, sh, sw
@@ -2450,17 +2428,12 @@ cdef void _fractional3(Vol* v, const char* x, int xdt, char* y, int ydt, char* i
             for od in range(v.OD):
                 for oh in range(v.OH):
                     for ow in range(v.OW):
-                        best = -INFINITY
-                        idx = (sd[od] * v.H + sh[oh]) * v.W + sw[ow]
-                        for id_ in range(sd[od], sd[od] + pool[0]):
-                            for ih in range(sh[oh], sh[oh] + pool[1]):
-                                for iw in range(sw[ow], sw[ow] + pool[2]):
-                                    load_block(_xat(v, x, n, c, id_, ih, iw), 0, xdt, 1, &val)
-                                    if val > best or val != val:
-                                        best = val
-                                        idx = (id_ * v.H + ih) * v.W + iw
+                        lo[0], lo[1], lo[2] = sd[od], sh[oh], sw[ow]
+                        for j in range(3):
+                            hi[j] = lo[j] + pool[j]
+                        best = _window_max(v, x, xdt, n, c, lo, hi, step, <double>-INFINITY, &idx)
                         store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
-                        ek_st_i64(ind + n * is_[0] + c * is_[1] + od * is_[2] + oh * is_[3] + ow * is_[4], idx)
+                        ek_st_i64(<char*>_ind_at(ind, is_, n, c, od, oh, ow), idx)
 
 
 def fractional_max_pool(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,

@@ -582,6 +582,33 @@ def count_nonzero(out_addr, src_addr, src_dtype, src_strides, shape):
     ek_st_i64(out, count)
 
 
+cdef Py_ssize_t _c_order(object shape, object src_strides, int dt, int nd, Py_ssize_t* ext, Py_ssize_t* st,
+                         Py_ssize_t* idx) except -1:
+    """Extents, byte strides and a zero multi-index for a C-order walk of src; returns the numel."""
+    cdef Py_ssize_t total = 1
+    cdef int d
+    for d in range(nd):
+        ext[d] = shape[d]
+        st[d] = <Py_ssize_t>src_strides[d] * itemsize_of(dt)
+        idx[d] = 0
+        total *= ext[d]
+    return total
+
+
+cdef inline char* _next_element(char* p, Py_ssize_t* idx, Py_ssize_t* ext, Py_ssize_t* st, int nd) noexcept nogil:
+    """Step the C-order multi-index idx by one element, p following it by the byte strides st."""
+    cdef int d = nd - 1
+    while d >= 0:
+        idx[d] += 1
+        p += st[d]
+        if idx[d] < ext[d]:
+            break
+        p -= st[d] * ext[d]
+        idx[d] = 0
+        d -= 1
+    return p
+
+
 def nonzero(out_addr, out_strides, rows, src_addr, src_dtype, src_strides, shape):
     """Row r of out (rows x ndim, int64) = the coordinates of the r-th nonzero element of src in
     C order. ``rows`` is the count the host read; a different count is a KernelArgumentError."""
@@ -590,18 +617,14 @@ def nonzero(out_addr, out_strides, rows, src_addr, src_dtype, src_strides, shape
     cdef Py_ssize_t ext[MAX_RANK]
     cdef Py_ssize_t st[MAX_RANK]
     cdef Py_ssize_t idx[MAX_RANK]
-    cdef Py_ssize_t total = 1, e, r = 0, nrows = rows
+    cdef Py_ssize_t total, e, r = 0, nrows = rows
     cdef Py_ssize_t so0, so1
     cdef char* src
     cdef char* out
     cdef char* p
     if nd > MAX_RANK or len(src_strides) != nd or len(out_strides) != 2:
         raise KernelArgumentError(f"nonzero: bad shape {tuple(shape)!r} / strides")
-    for d in range(nd):
-        ext[d] = shape[d]
-        st[d] = <Py_ssize_t>src_strides[d] * itemsize_of(dt)
-        idx[d] = 0
-        total *= ext[d]
+    total = _c_order(shape, src_strides, dt, nd, ext, st, idx)
     so0, so1 = <Py_ssize_t>out_strides[0] * 8, <Py_ssize_t>out_strides[1] * 8
     if total == 0:
         if nrows != 0:
@@ -617,15 +640,7 @@ def nonzero(out_addr, out_strides, rows, src_addr, src_dtype, src_strides, shape
                     for d in range(nd):
                         ek_st_i64(out + r * so0 + d * so1, idx[d])
                 r += 1
-            d = nd - 1
-            while d >= 0:
-                idx[d] += 1
-                p += st[d]
-                if idx[d] < ext[d]:
-                    break
-                p -= st[d] * ext[d]
-                idx[d] = 0
-                d -= 1
+            p = _next_element(p, idx, ext, st, nd)
     if r != nrows:
         raise KernelArgumentError(f"nonzero: the input has {r} nonzero elements, the output {nrows} rows")
 
@@ -907,13 +922,30 @@ cdef inline bint before_i(int64_t a, int64_t b, bint desc) noexcept nogil:
     return a > b if desc else a < b
 
 
-cdef void merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, double* dk, int64_t* ik, bint desc) noexcept nogil:
-    """Stable bottom-up merge sort of perm[0:n] by key (dk when not NULL, else ik)."""
+cdef struct SortKeys:
+    double* dk          # floating keys, or NULL: the int64 keys ik
+    int64_t* ik
+    Py_ssize_t m        # slice length (unique_dim's slice order)
+    bint desc
+
+
+ctypedef bint (*sorts_before_fn)(SortKeys* keys, int64_t a, int64_t b) noexcept nogil
+
+
+cdef bint key_before(SortKeys* keys, int64_t a, int64_t b) noexcept nogil:
+    if keys.dk != NULL:
+        return before_d(keys.dk[a], keys.dk[b], keys.desc)
+    return before_i(keys.ik[a], keys.ik[b], keys.desc)
+
+
+cdef void stable_merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, SortKeys* keys,
+                            sorts_before_fn before) noexcept nogil:
+    """Stable bottom-up merge sort of perm[0:n]: an element moves ahead of an earlier one only when
+    ``before`` says it sorts strictly before it."""
     cdef Py_ssize_t width = 1, lo, mid, hi, a, b, o
     cdef int64_t* src = perm
     cdef int64_t* dst = tmp
     cdef int64_t* sw
-    cdef bint take_right
     while width < n:
         lo = 0
         while lo < n:
@@ -921,11 +953,7 @@ cdef void merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, double* dk, int6
             hi = lo + 2 * width if lo + 2 * width < n else n
             a, b, o = lo, mid, lo
             while a < mid and b < hi:
-                if dk != NULL:
-                    take_right = before_d(dk[src[b]], dk[src[a]], desc)
-                else:
-                    take_right = before_i(ik[src[b]], ik[src[a]], desc)
-                if take_right:
+                if before(keys, src[b], src[a]):
                     dst[o] = src[b]
                     b += 1
                 else:
@@ -947,6 +975,25 @@ cdef void merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, double* dk, int6
         width *= 2
     if src != perm:
         memcpy(perm, src, n * sizeof(int64_t))
+
+
+cdef void sort_buffers(Py_ssize_t n, Py_ssize_t nkeys, bint floating, int64_t** perm, int64_t** tmp,
+                       double** dk, int64_t** ik) noexcept:
+    """malloc a permutation of n and its merge buffer, and nkeys float (or int64) keys; a failure
+    leaves NULL, for the caller to raise inside the try whose finally frees them all."""
+    perm[0] = <int64_t*>malloc(n * sizeof(int64_t))
+    tmp[0] = <int64_t*>malloc(n * sizeof(int64_t))
+    if floating:
+        dk[0] = <double*>malloc(nkeys * sizeof(double))
+    else:
+        ik[0] = <int64_t*>malloc(nkeys * sizeof(int64_t))
+
+
+cdef void merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, double* dk, int64_t* ik, bint desc) noexcept nogil:
+    """Stable sort of perm[0:n] by key (dk when not NULL, else ik)."""
+    cdef SortKeys keys
+    keys.dk, keys.ik, keys.m, keys.desc = dk, ik, 1, desc
+    stable_merge_sort(perm, tmp, n, &keys, key_before)
 
 
 def sort(values_addr, values_strides, indices_addr, indices_strides, src_addr, dtype, src_strides, shape, dim,
@@ -983,12 +1030,7 @@ def sort(values_addr, values_strides, indices_addr, indices_strides, src_addr, d
     ptrs[0] = as_ptr(values_addr, "sort values_addr")
     ptrs[1] = as_ptr(indices_addr, "sort indices_addr")
     ptrs[2] = as_ptr(src_addr, "sort src_addr")
-    perm = <int64_t*>malloc(n * sizeof(int64_t))
-    tmp = <int64_t*>malloc(n * sizeof(int64_t))
-    if floating:
-        dk = <double*>malloc(n * sizeof(double))
-    else:
-        ik = <int64_t*>malloc(n * sizeof(int64_t))
+    sort_buffers(n, n, floating, &perm, &tmp, &dk, &ik)
     try:
         if perm == NULL or tmp == NULL or (dk == NULL and ik == NULL):
             raise MemoryError("sort: cannot allocate the sort buffers")
@@ -1222,18 +1264,14 @@ def nonzero_static(out_addr, out_strides, size, fill_value, src_addr, src_dtype,
     cdef Py_ssize_t ext[MAX_RANK]
     cdef Py_ssize_t st[MAX_RANK]
     cdef Py_ssize_t idx[MAX_RANK]
-    cdef Py_ssize_t total = 1, e, r = 0, nrows = size, so0, so1
+    cdef Py_ssize_t total, e, r = 0, nrows = size, so0, so1
     cdef int64_t fill = fill_value
     cdef char* src = NULL
     cdef char* out
     cdef char* p
     if nd > MAX_RANK or len(src_strides) != nd or len(out_strides) != 2 or nrows < 0:
         raise KernelArgumentError(f"nonzero_static: bad shape {tuple(shape)!r} / strides / size {size!r}")
-    for d in range(nd):
-        ext[d] = shape[d]
-        st[d] = <Py_ssize_t>src_strides[d] * itemsize_of(dt)
-        idx[d] = 0
-        total *= ext[d]
+    total = _c_order(shape, src_strides, dt, nd, ext, st, idx)
     if nrows == 0 or nd == 0:
         return
     so0, so1 = <Py_ssize_t>out_strides[0] * 8, <Py_ssize_t>out_strides[1] * 8
@@ -1248,15 +1286,7 @@ def nonzero_static(out_addr, out_strides, size, fill_value, src_addr, src_dtype,
                 for d in range(nd):
                     ek_st_i64(out + r * so0 + d * so1, idx[d])
                 r += 1
-            d = nd - 1
-            while d >= 0:
-                idx[d] += 1
-                p += st[d]
-                if idx[d] < ext[d]:
-                    break
-                p -= st[d] * ext[d]
-                idx[d] = 0
-                d -= 1
+            p = _next_element(p, idx, ext, st, nd)
             e += 1
         while r < nrows:
             for d in range(nd):
@@ -1342,13 +1372,8 @@ def unique(values_addr, inverse_addr, counts_addr, count_addr, src_addr, dtype, 
     if cnt:
         counts = as_ptr(counts_addr, "unique counts_addr")
     ptrs[0] = as_ptr(src_addr, "unique src_addr")
-    perm = <int64_t*>malloc(n * sizeof(int64_t))
-    tmp = <int64_t*>malloc(n * sizeof(int64_t))
+    sort_buffers(n, n, floating, &perm, &tmp, &dk, &ik)
     src_elems = <char*>malloc(n * isz)
-    if floating:
-        dk = <double*>malloc(n * sizeof(double))
-    else:
-        ik = <int64_t*>malloc(n * sizeof(int64_t))
     try:
         if perm == NULL or tmp == NULL or src_elems == NULL or (dk == NULL and ik == NULL):
             raise MemoryError("unique: cannot allocate the sort buffers")
@@ -1420,42 +1445,16 @@ cdef inline bint slice_equal(double* dk, int64_t* ik, Py_ssize_t m, int64_t a, i
     return True
 
 
+cdef bint slice_before(SortKeys* keys, int64_t a, int64_t b) noexcept nogil:
+    return slice_cmp(keys.dk, keys.ik, keys.m, a, b) < 0
+
+
 cdef void slice_merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, Py_ssize_t m, double* dk,
                            int64_t* ik) noexcept nogil:
-    """Stable bottom-up merge sort of the slice numbers perm[0:n] by slice_cmp."""
-    cdef Py_ssize_t width = 1, lo, mid, hi, a, b, o
-    cdef int64_t* src = perm
-    cdef int64_t* dst = tmp
-    cdef int64_t* sw
-    while width < n:
-        lo = 0
-        while lo < n:
-            mid = lo + width if lo + width < n else n
-            hi = lo + 2 * width if lo + 2 * width < n else n
-            a, b, o = lo, mid, lo
-            while a < mid and b < hi:
-                if slice_cmp(dk, ik, m, src[b], src[a]) < 0:
-                    dst[o] = src[b]
-                    b += 1
-                else:
-                    dst[o] = src[a]
-                    a += 1
-                o += 1
-            while a < mid:
-                dst[o] = src[a]
-                a += 1
-                o += 1
-            while b < hi:
-                dst[o] = src[b]
-                b += 1
-                o += 1
-            lo = hi
-        sw = src
-        src = dst
-        dst = sw
-        width *= 2
-    if src != perm:
-        memcpy(perm, src, n * sizeof(int64_t))
+    """Stable sort of the slice numbers perm[0:n] by slice_cmp."""
+    cdef SortKeys keys
+    keys.dk, keys.ik, keys.m, keys.desc = dk, ik, m, False
+    stable_merge_sort(perm, tmp, n, &keys, slice_before)
 
 
 def unique_dim(firsts_addr, inverse_addr, counts_addr, count_addr, src_addr, dtype, src_strides, shape, sort):
@@ -1490,12 +1489,7 @@ def unique_dim(firsts_addr, inverse_addr, counts_addr, count_addr, src_addr, dty
     inverse = as_ptr(inverse_addr, "unique_dim inverse_addr")
     counts = as_ptr(counts_addr, "unique_dim counts_addr")
     ptrs[0] = as_ptr(src_addr, "unique_dim src_addr")
-    perm = <int64_t*>malloc(n * sizeof(int64_t))
-    tmp = <int64_t*>malloc(n * sizeof(int64_t))
-    if floating:
-        dk = <double*>malloc(total * sizeof(double))
-    else:
-        ik = <int64_t*>malloc(total * sizeof(int64_t))
+    sort_buffers(n, total, floating, &perm, &tmp, &dk, &ik)
     try:
         if perm == NULL or tmp == NULL or (dk == NULL and ik == NULL):
             raise MemoryError("unique_dim: cannot allocate the sort buffers")

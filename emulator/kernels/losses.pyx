@@ -579,6 +579,45 @@ cdef inline margin_t _mld(const char* p, int dt, margin_t kind) noexcept nogil:
     return v
 
 
+cdef inline void _sample_loss(margin_t s, Py_ssize_t i, int reduction, margin_t* total, char* out, int odt,
+                              Py_ssize_t os) noexcept nogil:
+    """Sample i's loss: out[i] without a reduction, else a term of the total."""
+    if reduction == 0:
+        store_block(&s, 1, odt, out + i * os, 0)
+    else:
+        total[0] = total[0] + s
+
+
+cdef inline void _store_reduced(margin_t total, Py_ssize_t N, int reduction, char* out, int odt) noexcept nogil:
+    """The mean (1) or sum (2) of the sample losses into out's one element; nothing for none (0)."""
+    if reduction != 0:
+        if reduction == 1:
+            total = total / <margin_t>N
+        store_block(&total, 1, odt, out, 0)
+
+
+cdef inline margin_t _grad_unit(Py_ssize_t N, Py_ssize_t C, int reduction, margin_t kind) noexcept nogil:
+    """d(loss)/d(one margin term): CPU's 1 / (N * C) for a mean, else 1 / C."""
+    return <margin_t>(1.0 / (N * C)) if reduction == 1 else <margin_t>(1.0 / C)
+
+
+cdef inline void _store_grad_row(margin_t* row, Py_ssize_t C, const char* go, int xdt, char* gi,
+                                 Py_ssize_t gs1) noexcept nogil:
+    """grad_input's row = row * grad_output (go: the sample's element, or the reduced loss's one)."""
+    cdef margin_t scale = _mld(go, xdt, <margin_t>0)
+    cdef Py_ssize_t d
+    for d in range(C):
+        row[d] = row[d] * scale
+    store_block(row, C, xdt, gi, gs1)
+
+
+cdef void* _row(Py_ssize_t C, Py_ssize_t isz, str what) except NULL:
+    cdef void* row = malloc(C * isz)
+    if row == NULL:
+        raise MemoryError(f"{what}: cannot allocate a row")
+    return row
+
+
 cdef void _multi_margin(Py_ssize_t N, Py_ssize_t C, const char* x, int xdt, Py_ssize_t xs0, Py_ssize_t xs1,
                         const char* t, Py_ssize_t ts, const char* w, int wdt, Py_ssize_t ws, int p, double margin,
                         int reduction, char* out, int odt, Py_ssize_t os, margin_t kind) noexcept nogil:
@@ -598,15 +637,8 @@ cdef void _multi_margin(Py_ssize_t N, Py_ssize_t C, const char* x, int xdt, Py_s
                 if w != NULL:
                     h = h * _mld(w + ti * ws, wdt, kind)
                 s = s + h
-        s = s / <margin_t>C
-        if reduction == 0:
-            store_block(&s, 1, odt, out + i * os, 0)
-        else:
-            total = total + s
-    if reduction != 0:
-        if reduction == 1:
-            total = total / <margin_t>N
-        store_block(&total, 1, odt, out, 0)
+        _sample_loss(s / <margin_t>C, i, reduction, &total, out, odt, os)
+    _store_reduced(total, N, reduction, out, odt)
 
 
 def multi_margin_loss(out_addr, out_dtype, out_stride, x_addr, x_dtype, x_strides, x_shape, t_addr, t_stride,
@@ -647,8 +679,8 @@ cdef void _multi_margin_backward(Py_ssize_t N, Py_ssize_t C, char* gi, Py_ssize_
                                  Py_ssize_t ws, int p, double margin, int reduction, margin_t* row) noexcept nogil:
     cdef Py_ssize_t i, d
     cdef int64_t ti
-    cdef margin_t g, xt, z, h, scale, m = <margin_t>margin
-    g = <margin_t>(1.0 / (N * C)) if reduction == 1 else <margin_t>(1.0 / C)
+    cdef margin_t g, xt, z, h, m = <margin_t>margin
+    g = _grad_unit(N, C, reduction, <margin_t>0)
     for i in range(N):
         ti = ek_ld_i64(t + i * ts)
         xt = _mld(x + i * xs0 + ti * xs1, xdt, g)
@@ -665,10 +697,7 @@ cdef void _multi_margin_backward(Py_ssize_t N, Py_ssize_t C, char* gi, Py_ssize_
                 row[d] = h
             else:
                 row[d] = 0
-        scale = _mld(go + i * gos, xdt, g)      # gos = 0: the reduced loss's one gradient
-        for d in range(C):
-            row[d] = row[d] * scale
-        store_block(row, C, xdt, gi + i * gs0, gs1)
+        _store_grad_row(row, C, go + i * gos, xdt, gi + i * gs0, gs1)      # gos = 0: a reduced loss
 
 
 def multi_margin_loss_backward(gi_addr, gi_strides, go_addr, go_stride, x_addr, x_dtype, x_strides, x_shape,
@@ -698,9 +727,7 @@ def multi_margin_loss_backward(gi_addr, gi_strides, go_addr, go_stride, x_addr, 
     t = as_ptr(t_addr, "multi_margin_loss_backward t_addr")
     if w_addr:
         w = as_ptr(w_addr, "multi_margin_loss_backward w_addr")
-    row = malloc(C * isz)
-    if row == NULL:
-        raise MemoryError("multi_margin_loss_backward: cannot allocate a row")
+    row = _row(C, isz, "multi_margin_loss_backward")
     with nogil:
         if xdt == DT_FLOAT64:
             _multi_margin_backward(N, C, gi, gs0, gs1, go, gos, x, xdt, xs0, xs1, t, ts, w, wdt, ws, pp, mg, red,
@@ -737,16 +764,9 @@ cdef void _multilabel(Py_ssize_t N, Py_ssize_t C, const char* x, int xdt, Py_ssi
                     z = 1 - xt + _mld(x + i * xs0 + d * xs1, xdt, s)
                     if z > 0:
                         s = s + z
-        s = s / <margin_t>C
         store_block(row, C, xdt, ist + i * is0, is1)
-        if reduction == 0:
-            store_block(&s, 1, xdt, out + i * os, 0)
-        else:
-            total = total + s
-    if reduction != 0:
-        if reduction == 1:
-            total = total / <margin_t>N
-        store_block(&total, 1, xdt, out, 0)
+        _sample_loss(s / <margin_t>C, i, reduction, &total, out, xdt, os)
+    _store_reduced(total, N, reduction, out, xdt)
 
 
 def multilabel_margin_loss(out_addr, out_stride, ist_addr, ist_strides, x_addr, x_dtype, x_strides, x_shape,
@@ -773,9 +793,7 @@ def multilabel_margin_loss(out_addr, out_stride, ist_addr, ist_strides, x_addr, 
         x = as_ptr(x_addr, "multilabel_margin_loss x_addr")
         t = as_ptr(t_addr, "multilabel_margin_loss t_addr")
         ist = as_ptr(ist_addr, "multilabel_margin_loss ist_addr")
-    row = malloc(C * isz)
-    if row == NULL:
-        raise MemoryError("multilabel_margin_loss: cannot allocate a row")
+    row = _row(C, isz, "multilabel_margin_loss")
     with nogil:
         if xdt == DT_FLOAT64:
             _multilabel(N, C, x, xdt, xs0, xs1, t, ts0, ts1, ist, is0, is1, red, out, os, <double*>row)
@@ -790,8 +808,8 @@ cdef void _multilabel_backward(Py_ssize_t N, Py_ssize_t C, char* gi, Py_ssize_t 
                                Py_ssize_t is0, Py_ssize_t is1, int reduction, margin_t* row) noexcept nogil:
     cdef Py_ssize_t i, j, d
     cdef int64_t tj
-    cdef margin_t g, xt, z, scale
-    g = <margin_t>(1.0 / (N * C)) if reduction == 1 else <margin_t>(1.0 / C)
+    cdef margin_t g, xt, z
+    g = _grad_unit(N, C, reduction, <margin_t>0)
     for i in range(N):
         for d in range(C):
             row[d] = 0
@@ -806,10 +824,7 @@ cdef void _multilabel_backward(Py_ssize_t N, Py_ssize_t C, char* gi, Py_ssize_t 
                     if z > 0:
                         row[tj] -= g
                         row[d] += g
-        scale = _mld(go + i * gos, xdt, g)
-        for d in range(C):
-            row[d] = row[d] * scale
-        store_block(row, C, xdt, gi + i * gs0, gs1)
+        _store_grad_row(row, C, go + i * gos, xdt, gi + i * gs0, gs1)
 
 
 def multilabel_margin_loss_backward(gi_addr, gi_strides, go_addr, go_stride, x_addr, x_dtype, x_strides, x_shape,
@@ -836,9 +851,7 @@ def multilabel_margin_loss_backward(gi_addr, gi_strides, go_addr, go_stride, x_a
     x = as_ptr(x_addr, "multilabel_margin_loss_backward x_addr")
     t = as_ptr(t_addr, "multilabel_margin_loss_backward t_addr")
     ist = as_ptr(ist_addr, "multilabel_margin_loss_backward ist_addr")
-    row = malloc(C * isz)
-    if row == NULL:
-        raise MemoryError("multilabel_margin_loss_backward: cannot allocate a row")
+    row = _row(C, isz, "multilabel_margin_loss_backward")
     with nogil:
         if xdt == DT_FLOAT64:
             _multilabel_backward(N, C, gi, gs0, gs1, go, gos, x, xdt, xs0, xs1, t, ts0, ts1, ist, is0, is1, red,

@@ -560,11 +560,16 @@ def max_pool2d_with_indices_backward_grad_input(grad_output, self, kernel_size, 
                                 grad_input)
 
 
-def _avg_window(name, x4, kernel_size, stride, padding, ceil_mode, divisor_override):
-    window, out_hw = _pool_geometry(name, x4, kernel_size, stride, padding, 1, ceil_mode)
+def _divisor(divisor_override) -> int:
+    """The kernels' divisor argument: 0 = none (the window's own count)."""
     if divisor_override is not None and divisor_override == 0:
         raise RuntimeError("divisor must be not zero")
-    return window[:6], out_hw, (0 if divisor_override is None else int(divisor_override))
+    return 0 if divisor_override is None else int(divisor_override)
+
+
+def _avg_window(name, x4, kernel_size, stride, padding, ceil_mode, divisor_override):
+    window, out_hw = _pool_geometry(name, x4, kernel_size, stride, padding, 1, ceil_mode)
+    return window[:6], out_hw, _divisor(divisor_override)
 
 
 def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out=None):
@@ -843,6 +848,12 @@ def _window_k(name, x, k, kernel_size, stride, padding, dilation, ceil_mode):
     return kernel, stride, padding, dilation, out
 
 
+def _launch5(kernel, device, k, batched, tensors, args=()):
+    """Launch a kernel of this block on the (N, C, D, H, W) views of ``tensors``, then ``args``."""
+    rt().launch(kernel, tuple(device_ref(_as5(t, k, batched)) for t in tensors) + tuple(args),
+                current_stream(device))
+
+
 def _check_dtype_in(name, x, allowed):
     if x.dtype not in allowed:
         raise unsupported_dtype(name, x.dtype, allowed)
@@ -867,9 +878,7 @@ def _max_pool3d(x, kernel_size, stride, padding, dilation, ceil_mode, out=None, 
     out = _output(name, out, shape, x.dtype, device, x, x)
     indices = _indices_out(name, indices, shape, device, x, x, out)
     if out.numel():
-        rt().launch("max_pool3d", (device_ref(_as5(out, 3, batched)), device_ref(_as5(indices, 3, batched)),
-                                   device_ref(_as5(x, 3, batched))) + kernel + stride + padding + dilation,
-                    current_stream(device))
+        _launch5("max_pool3d", device, 3, batched, (out, indices, x), kernel + stride + padding + dilation)
     return out, indices
 
 
@@ -892,10 +901,7 @@ def _index_backward(name, grad_output, x, indices, expected, k, grad_input):
                            f"{list(indices.shape)}")
     grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x, indices)
     if grad_input.numel():
-        batched = x.dim() == k + 2
-        rt().launch("pool_index_backward", (device_ref(_as5(grad_input, k, batched)),
-                                            device_ref(_as5(grad_output, k, batched)),
-                                            device_ref(_as5(indices, k, batched))), current_stream(device))
+        _launch5("pool_index_backward", device, k, x.dim() == k + 2, (grad_input, grad_output, indices))
     return grad_input
 
 
@@ -945,9 +951,7 @@ def _adaptive_max(k, x, output_size, out=None, indices=None):
     out = _output(name, out, shape, x.dtype, device, x, x)
     indices = _indices_out(name, indices, shape, device, x, x, out)
     if out.numel():
-        batched = x.dim() == k + 2
-        rt().launch("adaptive_max_pool3d", (device_ref(_as5(out, k, batched)), device_ref(_as5(indices, k, batched)),
-                                            device_ref(_as5(x, k, batched))), current_stream(device))
+        _launch5("adaptive_max_pool3d", device, k, x.dim() == k + 2, (out, indices, x))
     return out, indices
 
 
@@ -1032,9 +1036,7 @@ def _max_unpool(k, x, indices, output_size, out=None):
     _check_unpool_indices(name, indices, prod(size), size)
     out = _output(name, out, shape, x.dtype, device, x, x, indices)
     if out.numel():
-        batched = x.dim() == k + 2
-        rt().launch("max_unpool", (device_ref(_as5(out, k, batched)), device_ref(_as5(x, k, batched)),
-                                   device_ref(_as5(indices, k, batched))), current_stream(device))
+        _launch5("max_unpool", device, k, x.dim() == k + 2, (out, x, indices))
     return out
 
 
@@ -1066,23 +1068,23 @@ def max_unpool3d_out(self, indices, output_size, stride, padding, *, out):
 
 # -- avg_pool3d
 
-def _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, divisor_override):
+def _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """Checks x and the window; returns batched, the output extents and the kernels' window arguments."""
+    _check_dtype_in(name, x, _FLOAT_ONLY)
+    batched = _pool_input_k(name, x, 3)
     kernel, stride, padding, _, osz = _window_k(name, x, 3, kernel_size, stride, padding, 1, ceil_mode)
-    if divisor_override is not None and divisor_override == 0:
-        raise RuntimeError("divisor must be not zero")
-    return kernel + stride + padding, osz, (0 if divisor_override is None else int(divisor_override))
+    divisor = _divisor(divisor_override)
+    return batched, osz, kernel + stride + padding + (bool(count_include_pad), divisor)
 
 
 def _avg_pool3d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out=None):
     name = "aten::avg_pool3d"
     device = common_device(name, x)
-    _check_dtype_in(name, x, _FLOAT_ONLY)
-    batched = _pool_input_k(name, x, 3)
-    window, osz, divisor = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    batched, osz, window = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                      divisor_override)
     out = _output(name, out, tuple(x.shape[:-3]) + osz, x.dtype, device, x, x)
     if out.numel():
-        rt().launch("avg_pool3d", (device_ref(_as5(out, 3, batched)), device_ref(_as5(x, 3, batched))) + window +
-                    (bool(count_include_pad), divisor), current_stream(device))
+        _launch5("avg_pool3d", device, 3, batched, (out, x), window)
     return out
 
 
@@ -1100,15 +1102,12 @@ def _avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode
                          divisor_override, grad_input=None):
     name = "aten::avg_pool3d_backward"
     device = common_device(name, grad_output, x)
-    _check_dtype_in(name, x, _FLOAT_ONLY)
-    batched = _pool_input_k(name, x, 3)
-    window, osz, divisor = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, divisor_override)
+    batched, osz, window = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                                      divisor_override)
     _check_grad(name, grad_output, tuple(x.shape[:-3]) + osz, x.dtype)
     grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x)
     if grad_input.numel():
-        rt().launch("avg_pool3d_backward", (device_ref(_as5(grad_input, 3, batched)),
-                                            device_ref(_as5(grad_output, 3, batched))) + window +
-                    (bool(count_include_pad), divisor), current_stream(device))
+        _launch5("avg_pool3d_backward", device, 3, batched, (grad_input, grad_output), window)
     return grad_input
 
 
@@ -1143,9 +1142,7 @@ def _adaptive_avg_pool3d(x, output_size, out=None):
         raise RuntimeError("adaptive_avg_pool3d: elements of output_size must be greater than or equal to 0")
     out = _output(name, out, tuple(x.shape[:-3]) + size, x.dtype, device, x, x)
     if out.numel():
-        batched = x.dim() == 5
-        rt().launch("adaptive_avg_pool3d", (device_ref(_as5(out, 3, batched)), device_ref(_as5(x, 3, batched))),
-                    current_stream(device))
+        _launch5("adaptive_avg_pool3d", device, 3, x.dim() == 5, (out, x))
     return out
 
 
@@ -1167,10 +1164,7 @@ def adaptive_avg_pool3d_backward(grad_output, self):
     _check_grad(name, grad_output, grad_output.shape, self.dtype)
     grad_input = _empty(self.shape, self.dtype, device, _suggest_format(self))
     if grad_input.numel():
-        batched = self.dim() == 5
-        rt().launch("adaptive_avg_pool3d_backward", (device_ref(_as5(grad_input, 3, batched)),
-                                                     device_ref(_as5(grad_output, 3, batched))),
-                    current_stream(device))
+        _launch5("adaptive_avg_pool3d_backward", device, 3, self.dim() == 5, (grad_input, grad_output))
     return grad_input
 
 
@@ -1208,7 +1202,7 @@ def _upsample_k(kernel, name, k, x, output_size, extra, out, allowed):
     _, size = _upsample_check_k(k, x.shape, output_size)
     out = _output(name, out, tuple(x.shape[:2]) + size, x.dtype, device, x, x)
     if out.numel():
-        rt().launch(kernel, (device_ref(_as5(out, k)), device_ref(_as5(x, k))) + extra, current_stream(device))
+        _launch5(kernel, device, k, True, (out, x), extra)
     return out
 
 
@@ -1222,8 +1216,7 @@ def _upsample_backward_k(kernel, name, k, grad_output, output_size, input_size, 
                            f"= {list(expected)} but got grad_output.size = {list(grad_output.shape)}")
     grad_input = _output(name, grad_input, input_size, grad_output.dtype, device, grad_output, grad_output)
     if grad_input.numel():
-        rt().launch(kernel, (device_ref(_as5(grad_input, k)), device_ref(_as5(grad_output, k))) + extra,
-                    current_stream(device))
+        _launch5(kernel, device, k, True, (grad_input, grad_output), extra)
     return grad_input
 
 
@@ -1592,9 +1585,8 @@ def _fractional(k, x, kernel_size, output_size, random_samples, out=None, indice
     out = _output(name, out, shape, x.dtype, device, x, x)
     indices = _indices_out(name, indices, shape, device, x, x, out)
     if out.numel():
-        rt().launch("fractional_max_pool", (device_ref(_as5(out, k, batched)), device_ref(_as5(indices, k, batched)),
-                                            device_ref(_as5(x, k, batched)), device_ref(random_samples), k)
-                    + (1,) * (3 - k) + pool, current_stream(device))
+        _launch5("fractional_max_pool", device, k, batched, (out, indices, x),
+                 (device_ref(random_samples), k) + (1,) * (3 - k) + pool)
     return out, indices
 
 
