@@ -83,6 +83,8 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")                         # fallbacks are reported below, with counts
     import torch_plugin  # noqa: F401  (registers emu; torch's autoload does the same)
     from torch_plugin.zoo import hf, seeded
+    import transformers
+    transformers.logging.set_verbosity_error()             # its config notices are not the job's output
 
     models = _causal_lms()
     if args.model not in models:
