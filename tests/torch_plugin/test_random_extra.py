@@ -110,7 +110,7 @@ def test_distribution_errors_like_cpu():
         assert t.cpu().eq(1).all()  # nothing written
     with pytest.raises(RuntimeError, match="dtype must be a floating point"):
         torch.empty(3, dtype=torch.int64, device="emu").exponential_()
-    with pytest.raises(NotImplementedError):
+    with pytest.raises(NotImplementedError, match="\"geometric_cpu\" not implemented for 'Bool'"):
         torch.empty(3, dtype=torch.bool, device="emu").geometric_(0.5)
 
 
