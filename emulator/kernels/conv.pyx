@@ -135,8 +135,9 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
     # unit stride from the image are copied as bytes (the load/store round trip through double
     # is exact for them), and their padding is zero bytes (+0.0).
     cdef Py_ssize_t isz = itemsize_of(cdt)
-    cdef bint fast = (cdt == xdt and (cdt == DT_FLOAT32 or cdt == DT_FLOAT64) and cs[6] == isz
-                      and g.sw * xs[3] == isz)
+    cdef bint typed = cdt == xdt and (cdt == DT_FLOAT32 or cdt == DT_FLOAT64) and cs[6] == isz
+    cdef bint fast = typed and g.sw * xs[3] == isz
+    cdef Py_ssize_t step = g.sw * xs[3]
     for j in range(BLOCK):
         zeros[j] = 0
     for c in range(g.C):
@@ -150,6 +151,9 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                             ih = oh * g.sh - g.ph + kh * g.dh
                             row = col + c * cs[0] + kd * cs[1] + kh * cs[2] + kw * cs[3] + od * cs[4] + oh * cs[5]
                             if idd < 0 or idd >= g.D or ih < 0 or ih >= g.H:
+                                if typed:
+                                    memset(row, 0, g.oW * isz)
+                                    continue
                                 j = 0
                                 while j < g.oW:
                                     m = g.oW - j if g.oW - j < BLOCK else BLOCK
@@ -169,6 +173,19 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                                 memset(row, 0, lo * isz)
                                 memcpy(row + lo * isz, src + (lo + off) * isz, (hi - lo) * isz)
                                 memset(row + hi * isz, 0, (g.oW - hi) * isz)
+                                continue
+                            if typed:                 # a strided read (stride > 1), element by element
+                                if lo > 0:
+                                    memset(row, 0, lo * isz)
+                                src = src + off * xs[3]
+                                if cdt == DT_FLOAT32:
+                                    for j in range(lo, hi):
+                                        (<float*>row)[j] = (<const float*>(src + j * step))[0]
+                                else:
+                                    for j in range(lo, hi):
+                                        (<double*>row)[j] = (<const double*>(src + j * step))[0]
+                                if hi < g.oW:
+                                    memset(row + hi * isz, 0, (g.oW - hi) * isz)
                                 continue
                             while j < hi:
                                 m = hi - j if hi - j < BLOCK else BLOCK
@@ -355,7 +372,10 @@ cdef void _max_pool(Planes* p, const char* x, int xdt, char* y, int ydt, char* i
                     while ih < ih1:
                         iw = iw0
                         while iw < iw1:
-                            load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &val)
+                            if cmp_t is double and xdt == DT_FLOAT32:
+                                val = (<const float*>(plane + ih * p.xs[2] + iw * p.xs[3]))[0]
+                            else:
+                                load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &val)
                             if cmp_t is double:
                                 if val > best or val != val:
                                     best = val

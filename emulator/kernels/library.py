@@ -461,8 +461,10 @@ def _pool_window(*args):
     return max(1, ints[0] * ints[1]) if len(ints) >= 2 else 1
 
 
-def _softmax(out: Operand, inp: Operand, dim: int):
-    _module('norm').softmax(out.addr, out.dtype, out.strides, inp.addr, inp.dtype, inp.strides, inp.shape, dim)
+def _softmax(out: Operand, inp: Operand, dim: int, safe: bool = False):
+    """``safe``: rows of only -inf give zeros (aten::_safe_softmax)."""
+    _module('norm').softmax(out.addr, out.dtype, out.strides, inp.addr, inp.dtype, inp.strides, inp.shape, dim,
+                            safe)
 
 
 def _softmax_backward(grad_input: Operand, grad_output: Operand, output: Operand, dim: int):

@@ -25,7 +25,7 @@ gradients accumulate in a scratch array of the accumulation type and are rounded
 end. An empty inner extent gives mean 0 and rstd NaN (as CPU's layer and group norm).
 """
 
-from libc.math cimport exp, expf, sqrt, sqrtf
+from libc.math cimport exp, expf, sqrt, sqrtf, INFINITY
 from libc.stdlib cimport calloc, malloc, free
 
 include "_common.pxi"
@@ -222,8 +222,17 @@ cdef tuple _shape_of(object shape, str what):
 # ---------------------------------------------------------------------------------------------
 # softmax
 
+cdef bint _all_neg_inf(flt_t* buf, Py_ssize_t L) noexcept nogil:
+    cdef Py_ssize_t k
+    for k in range(L):
+        if not buf[k] == -INFINITY:
+            return False
+    return True
+
+
 cdef void _softmax_rows(NdIter* it, char** ptrs, Py_ssize_t L, Py_ssize_t so, int odt,
-                        Py_ssize_t si, int idt, flt_t* buf) noexcept nogil:
+                        Py_ssize_t si, int idt, flt_t* buf, bint safe) noexcept nogil:
+    """``safe``: a row whose every element is -inf gives zeros (aten::_safe_softmax), not NaN."""
     cdef Py_ssize_t n = iter_row_len(it)
     cdef Py_ssize_t ro = iter_row_stride(it, 0), ri = iter_row_stride(it, 1)
     cdef Py_ssize_t j, k
@@ -231,7 +240,10 @@ cdef void _softmax_rows(NdIter* it, char** ptrs, Py_ssize_t L, Py_ssize_t so, in
     while True:
         for j in range(n):
             load_block(ptrs[1] + j * ri, si, idt, L, buf)
-            if flt_t is float:
+            if safe and buf[0] == -INFINITY and _all_neg_inf(buf, L):
+                for k in range(L):
+                    buf[k] = 0
+            elif flt_t is float:
                 # The vector-math path (_vecmath.pxi): the same arithmetic, 8 lanes at a time.
                 m = ek_row_max_f32(buf, L)
                 s = <float>ek_row_exp_shift_f32(buf, L, m)
@@ -291,8 +303,9 @@ cdef tuple _outer(tuple shape, int dim, list strides_list):
     return outer_shape, outer_strides
 
 
-def softmax(out_addr, out_dtype, out_strides, in_addr, in_dtype, in_strides, shape, dim):
-    """out = softmax(input) along ``dim`` (strides in elements, any layout)."""
+def softmax(out_addr, out_dtype, out_strides, in_addr, in_dtype, in_strides, shape, dim, bint safe=False):
+    """out = softmax(input) along ``dim`` (strides in elements, any layout); ``safe``: rows of
+    only -inf give zeros (aten::_safe_softmax)."""
     cdef int odt = check_dtype(out_dtype, "softmax out_dtype")
     cdef int idt = check_dtype(in_dtype, "softmax in_dtype")
     cdef NdIter it
@@ -320,9 +333,9 @@ def softmax(out_addr, out_dtype, out_strides, in_addr, in_dtype, in_strides, sha
         ptrs[1] = as_ptr(in_addr, "softmax in_addr")
         with nogil:
             if odt == DT_FLOAT64 or idt == DT_FLOAT64:
-                _softmax_rows(&it, ptrs, L, so, odt, si, idt, <double*>buf)
+                _softmax_rows(&it, ptrs, L, so, odt, si, idt, <double*>buf, safe)
             else:
-                _softmax_rows(&it, ptrs, L, so, odt, si, idt, <float*>buf)
+                _softmax_rows(&it, ptrs, L, so, odt, si, idt, <float*>buf, safe)
     finally:
         free(buf)
 

@@ -691,6 +691,47 @@ cdef int _load_params(Params* p, object params, bint integral) except -1:
     return 0
 
 
+cdef bint _pow_scalar(double* x, double* y, Py_ssize_t m, double e, int cdt) noexcept nogil:
+    """x[:m] = pow(x[:m], e) for an exponent CPU special-cases, with CPU's arithmetic (its
+    pow_tensor_scalar kernel: base * base, base * base * base, 1 / (base * base), 1 / base; its
+    exponent 0.5 goes to its vectorised sqrt, which is not correctly rounded, so 0.5 stays on pow):
+    in float64 for float64, in float32 for float32 and float16 (opmath), and with the intermediate
+    product rounded to bfloat16 for bfloat16 (CPU multiplies bfloat16 values there). y: scratch.
+    False for any other exponent or dtype (the libm pow path)."""
+    cdef Py_ssize_t i
+    cdef float t
+    cdef bint single = cdt == DT_FLOAT32 or cdt == DT_FLOAT16
+    if not (single or cdt == DT_FLOAT64 or cdt == DT_BFLOAT16):
+        return False
+    if e == 2.0:
+        for i in range(m):
+            x[i] = x[i] * x[i]              # exact in double below float64; rounded once at the store
+    elif e == 3.0 or e == -2.0:
+        if cdt == DT_FLOAT64:
+            for i in range(m):
+                y[i] = x[i] * x[i]
+        elif single:
+            for i in range(m):
+                t = <float>(x[i] * x[i])
+                y[i] = t
+        else:
+            for i in range(m):
+                y[i] = x[i] * x[i]
+            round_block_to(y, m, DT_BFLOAT16)
+        if e == 3.0:
+            for i in range(m):
+                x[i] = y[i] * x[i]
+        else:
+            for i in range(m):
+                x[i] = 1.0 / y[i]
+    elif e == -1.0:
+        for i in range(m):
+            x[i] = 1.0 / x[i]
+    else:
+        return False
+    return True
+
+
 cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
                      double* x, double* y, double* z, bint vector) noexcept nogil:
     cdef Py_ssize_t n = iter_row_len(it)
@@ -715,8 +756,10 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
                 if dts[1] != cdt:
                     round_block_to(y, m, cdt)
                 if arity == 2:
-                    for i in range(m):
-                        x[i] = _f_binary(op, x[i], y[i], p, cdt)
+                    # pow with a Scalar exponent (parameter 1): CPU's special cases.
+                    if not (op == B_POW and p.i[0] == 1 and s2 == 0 and _pow_scalar(x, y, m, y[0], cdt)):
+                        for i in range(m):
+                            x[i] = _f_binary(op, x[i], y[i], p, cdt)
                 else:
                     load_block(ptrs[3] + j * s3, s3, dts[2], m, z)
                     if dts[2] != cdt:

@@ -97,16 +97,20 @@ def _sample_ref(t: torch.Tensor, n: int):
     return _ref(t, n * t.stride(0), shape, strides)
 
 
-def _col_ref(col: torch.Tensor, channels: int, kernel, grid):
-    """The scratch column matrix (channels * K, L) as the kernel's 7-d (C, kD, kH, kW, oD, oH, oW)."""
+def _col_ref(col: torch.Tensor, channels: int, kernel, grid, column: int = 0, row_stride: int | None = None):
+    """The scratch column matrix (channels * K, L) as the kernel's 7-d (C, kD, kH, kW, oD, oH, oW).
+    ``column``/``row_stride``: the L columns of one sample inside a wider (channels * K, N * L)
+    matrix of the whole batch, starting at that column."""
     k = len(kernel)
     shape = (channels,) + _pad3(kernel, k, 1) + _pad3(grid, k, 1)
     strides = [0] * 7
     step = 1
     for d in range(6, -1, -1):
+        if d == 3 and row_stride is not None:
+            step = row_stride
         strides[d] = step
         step *= shape[d]
-    return _ref(col, 0, shape, strides)
+    return _ref(col, column, shape, strides)
 
 
 def _expand(name: str, values, k: int) -> tuple:
@@ -234,8 +238,8 @@ class _Conv:
         return (channels * self.K, prod(grid))
 
 
-def _im2col(conv: _Conv, col, image: torch.Tensor, n: int, grid):
-    ref = _col_ref(col, image.shape[1], conv.kernel, grid)
+def _im2col(conv: _Conv, col, image: torch.Tensor, n: int, grid, column: int = 0, row_stride=None):
+    ref = _col_ref(col, image.shape[1], conv.kernel, grid, column, row_stride)
     rt().launch("im2col", (ref, _sample_ref(image, n)) + conv.params, current_stream(conv.device))
 
 
@@ -265,6 +269,8 @@ def _conv_forward(conv: _Conv, x, weight, bias, out):
     # out[n, g] (Og, L) = bias_g + W_g (Og, Cg*K) @ col_g (Cg*K, L)
     weight = _flattenable(weight, 1)
     L = prod(conv.out_spatial)
+    if G == 1 and not conv.pointwise and conv.batch > 1 and L < _BATCHED_COLUMNS:
+        return _conv_forward_batched(conv, x, weight, bias, out, L)
     if conv.pointwise:
         x = _flattenable(x, 2)
     else:
@@ -282,6 +288,39 @@ def _conv_forward(conv: _Conv, x, weight, bias, out):
             o_g = _matrix(out, n * out.stride(0) + g * Og * out.stride(1), Og, out.stride(1), 2)
             c_g = None if bias is None else _ref(bias, g * Og * bias.stride(0), (Og, L), (bias.stride(0), 0))
             _gemm(device, o_g, w_g, b_g, c_g, 0.0 if bias is None else 1.0)
+    return out
+
+
+# Below this many output positions per sample, one GEMM per sample is too narrow for the matrix
+# engine (and the host BLAS behind it): the samples' columns go side by side into one GEMM.
+_BATCHED_COLUMNS = 1024
+_BATCHED_SCRATCH = 1 << 24   # elements of the batch's column matrix (larger batches go in chunks)
+
+
+def _conv_forward_batched(conv: _Conv, x, weight, bias, out, L):
+    """Ungrouped convolution with few output positions: im2col of a chunk of samples into one
+    (C*K, n*L) column matrix, ONE GEMM ``(Og, n*L) = bias + W @ col`` into a scratch, then one
+    strided copy of that scratch into the chunk's (n, Og, L) outputs (its only rounding when the
+    scratch has the output's dtype)."""
+    device = conv.device
+    rows = x.shape[1] * conv.K
+    Og = conv.out_channels
+    chunk = max(1, min(conv.batch, _BATCHED_SCRATCH // max(1, rows * L)))
+    col = _empty((rows, chunk * L), x.dtype, device)
+    tmp = _empty((Og, chunk * L), out.dtype, device)
+    w = _matrix(weight, 0, Og, weight.stride(0), 1)
+    for first in range(0, conv.batch, chunk):
+        n_here = min(chunk, conv.batch - first)
+        width = n_here * L
+        for i in range(n_here):
+            _im2col(conv, col, x, first + i, conv.out_spatial, column=i * L, row_stride=chunk * L)
+        b = _ref(col, 0, (rows, width), (chunk * L, 1))
+        o = _ref(tmp, 0, (Og, width), (chunk * L, 1))
+        c = None if bias is None else _ref(bias, 0, (Og, width), (bias.stride(0), 0))
+        _gemm(device, o, w, b, c, 0.0 if bias is None else 1.0)
+        # tmp (Og, n, L) -> out[first:first + n] (n, Og, L)
+        src = tmp[:, :width].view(Og, n_here, *conv.out_spatial).transpose(0, 1)
+        out[first:first + n_here].copy_(src)
     return out
 
 

@@ -1,7 +1,7 @@
 """Normalization ops lowered to the vector engine: softmax, layer norm, group norm, batch norm and
 RMS norm, forward and backward (kernels in emulator/kernels/norm.pyx).
 
-Native overloads: ``_softmax`` / ``.out``, ``_softmax_backward_data`` / ``.out``;
+Native overloads: ``_softmax`` / ``.out``, ``_safe_softmax``, ``_softmax_backward_data`` / ``.out``;
 ``native_layer_norm``, ``native_layer_norm_backward``; ``native_group_norm``,
 ``native_group_norm_backward``; ``native_batch_norm`` / ``.out``, ``native_batch_norm_backward``,
 ``_native_batch_norm_legit`` (with running stats, ``.no_stats`` and both ``.out`` forms),
@@ -112,8 +112,8 @@ def _softmax_ref(t: torch.Tensor):
     return device_ref(t, (1,), (0,)) if t.dim() == 0 else device_ref(t)
 
 
-def _softmax(x, dim, half_to_float, out=None):
-    name = "aten::_softmax"
+def _softmax(x, dim, half_to_float, out=None, safe=False):
+    name = "aten::_safe_softmax" if safe else "aten::_softmax"
     device = common_device(name, x) if out is None else common_device(name, x, out)
     _check_floating(name, "softmax_lastdim_kernel_impl", x.dtype)
     dtype = x.dtype
@@ -131,8 +131,16 @@ def _softmax(x, dim, half_to_float, out=None):
         resize_out(out, x.shape)
         check_overlap(name, out, x)
     if out.numel():
-        _launch(device, "softmax", (_softmax_ref(out), _softmax_ref(x), d))
+        _launch(device, "softmax", (_softmax_ref(out), _softmax_ref(x), d) + ((True,) if safe else ()))
     return out
+
+
+def safe_softmax(self, dim, dtype=None):
+    """aten::_safe_softmax (scaled_dot_product_attention's softmax): ``softmax(self, dim, dtype)``
+    with the rows whose every element is -inf (fully masked) set to zero, in one kernel instead of
+    CPU's softmax + eq + all + where."""
+    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
+    return _softmax(x, dim, False, safe=True)
 
 
 def softmax(self, dim, half_to_float):

@@ -403,6 +403,8 @@ def _launch(row: Pointwise, name: str, inputs, extra, kwargs, out, inplace: bool
     shape = broadcast_shape(*[tuple(x.shape) if isinstance(x, torch.Tensor) else () for x in inputs])
     if params is None:
         params = row.params(extra, kwargs, compute if compute != torch.bool else result)
+        if row.name == "pow" and not isinstance(inputs[1], torch.Tensor):
+            params = (1,)  # a Scalar exponent: CPU's pow_tensor_scalar special cases (x*x, sqrt, ...)
     if inplace:
         if tuple(out.shape) != tuple(shape):
             raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape {list(shape)}")

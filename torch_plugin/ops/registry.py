@@ -389,6 +389,7 @@ def native_kernels() -> dict:
         # -- normalization (ops/normalization.py)
         "_softmax": normalization.softmax,
         "_softmax.out": normalization.softmax_out,
+        "_safe_softmax": normalization.safe_softmax,
         "_softmax_backward_data": normalization.softmax_backward_data,
         "_softmax_backward_data.out": normalization.softmax_backward_data_out,
         "native_layer_norm": normalization.native_layer_norm,
