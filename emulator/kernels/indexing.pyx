@@ -28,6 +28,7 @@ from libc.stdlib cimport malloc, calloc, free
 from libc.math cimport isnan
 
 include "_common.pxi"
+include "_stdsort.pxi"
 
 cdef enum:
     XOPS = 16          # operands of the indexing iterator: table/out, values, up to 14 indices
@@ -996,11 +997,62 @@ cdef void merge_sort(int64_t* perm, int64_t* tmp, Py_ssize_t n, double* dk, int6
     stable_merge_sort(perm, tmp, n, &keys, key_before)
 
 
+cdef enum:
+    ALG_STABLE = 0
+    ALG_CPU_UNSTABLE = 1
+    ALG_CPU_TOPK = 2
+    ALG_CPU_TOPK_UNSORTED = 3
+
+SORT_STABLE, SORT_CPU_UNSTABLE, SORT_CPU_TOPK, SORT_CPU_TOPK_UNSORTED = (ALG_STABLE, ALG_CPU_UNSTABLE, ALG_CPU_TOPK,
+                                                                         ALG_CPU_TOPK_UNSORTED)
+
+
+cdef int _sort_like_cpu(XIter* it, char** ptrs, Py_ssize_t n, Py_ssize_t kk, int dt, Py_ssize_t isz,
+                        bint floating, bint desc, Py_ssize_t sv, Py_ssize_t si, Py_ssize_t ss,
+                        int algorithm) except -1:
+    """The unstable sort and the topk of CPU's kernels (_stdsort.pxi) on (key, position) pairs."""
+    cdef SPair* q = <SPair*>malloc(max(n, 1) * sizeof(SPair))
+    cdef Py_ssize_t e, i
+    cdef char* base_v
+    cdef char* base_i
+    cdef char* base_s
+    cdef int mode = (SD_DESC_FLOAT if desc else SD_ASC_FLOAT) if floating else (SD_DESC_INT if desc else SD_ASC_INT)
+    if q == NULL:
+        raise MemoryError("sort: cannot allocate the sort buffer")
+    try:
+        with nogil:
+            while True:
+                for e in range(it.shape[it.ndim - 1]):
+                    base_v = ptrs[0] + e * it.strides[it.ndim - 1]
+                    base_i = ptrs[1] + e * it.strides[MAX_RANK + it.ndim - 1]
+                    base_s = ptrs[2] + e * it.strides[2 * MAX_RANK + it.ndim - 1]
+                    for i in range(n):
+                        q[i].pos = i
+                        if floating:
+                            q[i].d = ld_d(base_s + i * ss, dt)
+                        else:
+                            q[i].i = ld_i(base_s + i * ss, dt)
+                    if algorithm == ALG_CPU_UNSTABLE:
+                        std_sort(q, n, mode)
+                    else:
+                        cpu_topk(q, n, kk, algorithm == ALG_CPU_TOPK, mode)
+                    for i in range(kk):
+                        copy_elem(base_v + i * sv, base_s + q[i].pos * ss, isz)
+                        ek_st_i64(base_i + i * si, q[i].pos)
+                if not xiter_next_row(it, ptrs):
+                    break
+    finally:
+        free(q)
+    return 0
+
+
 def sort(values_addr, values_strides, indices_addr, indices_strides, src_addr, dtype, src_strides, shape, dim,
-         descending, k):
-    """Stable sort of every slice of src along ``dim`` (ascending, or descending; NaN is the
-    largest value); the first ``k`` sorted values and their int64 positions are written along
-    ``dim`` of values / indices (k = the slice length for sort, k for topk)."""
+         descending, k, algorithm=SORT_STABLE):
+    """Sorts every slice of src along ``dim`` (ascending, or descending; NaN is the largest value);
+    the first ``k`` sorted values and their int64 positions are written along ``dim`` of
+    values / indices (k = the slice length for sort, k for topk). ``algorithm``: SORT_STABLE (a
+    stable merge sort); SORT_CPU_UNSTABLE (CPU's std::sort, so ties come out in CPU's order);
+    SORT_CPU_TOPK / SORT_CPU_TOPK_UNSORTED (CPU's topk selection, sorted or not)."""
     cdef int dt = check_dtype(dtype, "sort dtype")
     cdef Py_ssize_t isz = itemsize_of(dt), n, kk = k, e, i, sv, si, ss
     cdef int d = dim, nd = len(shape)
@@ -1030,6 +1082,11 @@ def sort(values_addr, values_strides, indices_addr, indices_strides, src_addr, d
     ptrs[0] = as_ptr(values_addr, "sort values_addr")
     ptrs[1] = as_ptr(indices_addr, "sort indices_addr")
     ptrs[2] = as_ptr(src_addr, "sort src_addr")
+    if algorithm != SORT_STABLE:
+        if algorithm not in (SORT_CPU_UNSTABLE, SORT_CPU_TOPK, SORT_CPU_TOPK_UNSORTED):
+            raise KernelArgumentError(f"sort: unknown algorithm {algorithm!r}")
+        _sort_like_cpu(&it, ptrs, n, kk, dt, isz, floating, desc, sv, si, ss, algorithm)
+        return
     sort_buffers(n, n, floating, &perm, &tmp, &dk, &ik)
     try:
         if perm == NULL or tmp == NULL or (dk == NULL and ik == NULL):

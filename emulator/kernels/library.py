@@ -645,12 +645,13 @@ def _pad_backward(grad_input: Operand, grad_output: Operand, mode: int, *pads_be
                             grad_input.dtype, grad_output.shape, grad_input.shape, pads_before, mode, True)
 
 
-def _sort(values: Operand, indices: Operand, src: Operand, dim: int, descending: bool):
+def _sort(values: Operand, indices: Operand, src: Operand, dim: int, descending: bool, algorithm: int = 0):
+    """``algorithm``: 0 stable; 1 CPU's std::sort; 2/3 CPU's topk selection, sorted/unsorted."""
     _module('indexing').sort(values.addr, values.strides, indices.addr, indices.strides, src.addr, src.dtype,
-                             src.strides, src.shape, dim, descending, values.shape[dim])
+                             src.strides, src.shape, dim, descending, values.shape[dim], algorithm)
 
 
-def _sort_cost(device, values, indices, src, dim, descending):
+def _sort_cost(device, values, indices, src, dim, descending, algorithm=0):
     # A merge sort per slice: n log2(n) compare-and-move steps on the vector engine.
     n = max(src.shape[dim], 1)
     steps = src.numel * max(1, (n - 1).bit_length())

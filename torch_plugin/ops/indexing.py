@@ -1096,7 +1096,24 @@ def replication_pad2d_backward_out(grad_output, self, padding, *, grad_input):
 # ---------------------------------------------------------------------------------------------
 # sort, topk
 
-def _sort(self, dim, descending, k, values=None, indices=None, name="aten::sort"):
+# The device sort kernel's algorithms (emulator/kernels/indexing.pyx): equal keys come out in
+# CPU's order, whichever CPU's kernel would take for the call.
+_STABLE, _CPU_UNSTABLE, _CPU_TOPK, _CPU_TOPK_UNSORTED = 0, 1, 2, 3
+_RADIX_MIN = 32768   # at::internal::GRAIN_SIZE: CPU radix-sorts (stably) 1-D integers from here on
+
+
+def _sort_algorithm(self, stable, descending) -> int:
+    """CPU's choice: std::stable_sort when asked; its (stable) radix sort for an ascending 1-D
+    integer tensor of at least GRAIN_SIZE elements; std::sort otherwise."""
+    if stable:
+        return _STABLE
+    integral = not self.dtype.is_floating_point and not self.dtype.is_complex and self.dtype != torch.bool
+    if integral and self.dim() == 1 and not descending and self.numel() >= _RADIX_MIN:
+        return _STABLE
+    return _CPU_UNSTABLE
+
+
+def _sort(self, dim, descending, k, values=None, indices=None, name="aten::sort", algorithm=_STABLE):
     tensors = [t for t in (self, values, indices) if t is not None]
     device = common_device(name, *tensors)
     _supported(name, self)
@@ -1116,37 +1133,38 @@ def _sort(self, dim, descending, k, values=None, indices=None, name="aten::sort"
         check_overlap(name, values, self)
         check_overlap(name, indices, self)
     if values.numel():
-        _launch("sort", (_ref1(values), _ref1(indices), _ref1(self), d if self.dim() else 0, bool(descending)),
-                device)
+        _launch("sort", (_ref1(values), _ref1(indices), _ref1(self), d if self.dim() else 0, bool(descending),
+                         algorithm), device)
     return values, indices
 
 
 def sort_stable(self, *, stable=None, dim=-1, descending=False):
     n = self.shape[_wrap_dim(dim, self.dim())] if self.dim() else 1
-    return _sort(self, dim, descending, n)
+    return _sort(self, dim, descending, n, algorithm=_sort_algorithm(self, stable, descending))
 
 
 def sort_values_stable(self, *, stable=None, dim=-1, descending=False, values, indices):
     n = self.shape[_wrap_dim(dim, self.dim())] if self.dim() else 1
-    return _sort(self, dim, descending, n, values, indices)
+    return _sort(self, dim, descending, n, values, indices, algorithm=_sort_algorithm(self, stable, descending))
 
 
-def _topk(self, k, dim, largest, values=None, indices=None):
+def _topk(self, k, dim, largest, values=None, indices=None, sorted=True):
     d = _wrap_dim(dim, self.dim())
     n = self.shape[d] if self.dim() else 1
     if not 0 <= k <= n:
         raise RuntimeError("selected index k out of range")
     if self.dtype == torch.bool:
         raise RuntimeError("topk does not support bool dtypes on CPU (nor on emu)")
-    return _sort(self, dim, largest, k, values, indices, name="aten::topk")
+    return _sort(self, dim, largest, k, values, indices, name="aten::topk",
+                 algorithm=_CPU_TOPK if sorted else _CPU_TOPK_UNSORTED)
 
 
 def topk(self, k, dim=-1, largest=True, sorted=True):
-    return _topk(self, k, dim, largest)
+    return _topk(self, k, dim, largest, sorted=sorted)
 
 
 def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
-    return _topk(self, k, dim, largest, values, indices)
+    return _topk(self, k, dim, largest, values, indices, sorted=sorted)
 
 
 # =============================================================================================
