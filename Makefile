@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.seed-installed
 SOURCES := pyproject.toml setup.py $(wildcard emulator/kernels/*.pyx emulator/kernels/*.pxi torch_plugin/csrc/*.cpp torch_plugin/csrc/*.h)
-DEPS := torch==2.13.0 numpy simpy scipy ml_dtypes cython setuptools wheel pytest hypothesis expecttest transformers==5.24.0
+DEPS := torch==2.13.0 numpy simpy scipy ml_dtypes cython setuptools wheel pytest hypothesis expecttest transformers==5.24.0 matplotlib tqdm
 
 .PHONY: install demo test bench clean
 
@@ -28,6 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_memory.py
 	$(BIN)/python benchmarks/bench_kernels.py
 	$(BIN)/python benchmarks/bench_models.py
+	$(BIN)/python benchmarks/bench_profile.py
 
 clean:
 	rm -rf build *.egg-info emulator/kernels/*.c emulator/kernels/*.so torch_plugin/*.so

@@ -16,11 +16,11 @@ import threading
 from collections import namedtuple
 from math import prod
 
-from driver.errors import DriverError, DriverStatus, FirmwareRecordError, InternalErrorRecordError
+from driver.errors import DriverError, DriverStatus, FirmwareRecordError, InternalErrorRecordError, describe_record
 from driver.firmware_loader import load_and_check
 from driver.memory_manager import VA_WINDOW, AddressSpace, AddressSpaceExhausted, PhysicalAllocator
-from firmware import (ConfigError, FirmwareImage, HostTransport, Platform, WaitNeverSatisfied, abi,
-                      describe_description, load_description)
+from firmware import (ConfigError, FirmwareImage, HostTransport, InvalidRequest, Platform, WaitNeverSatisfied,
+                      abi, describe_description, load_description)
 from firmware.lru import LRUCache
 
 log = logging.getLogger("seed.driver")
@@ -54,7 +54,7 @@ class Context:
         self.device = device
         self.asid = asid
         self.space = space
-        self.fault: FirmwareRecordError | None = None
+        self.fault: FirmwareRecordError | None = None  # sticky: context or device scope
         # TensorRef -> validated abi.TensorDescriptor. Validation is a pure function of the operand
         # and the context, and a training loop launches the same operands over and over.
         self.descriptors = LRUCache(DESCRIPTOR_CACHE_ENTRIES)
@@ -65,6 +65,7 @@ class Queue:
         self.context = context
         self.device = context.device
         self.ring_id = ring_id
+        self.fault: FirmwareRecordError | None = None  # stream scope: reported once, then cleared
 
 
 class Driver:
@@ -90,6 +91,12 @@ class Driver:
             self._physical.append(PhysicalAllocator(endpoint.memory_bytes, endpoint.page_size))
         self.interrupts = 0
         self.resets = 0
+        self._queues: dict[tuple[int, int], Queue] = {}       # (device, ring id) -> queue
+        self.device_faults: dict[int, FirmwareRecordError] = {}  # device -> fault needing a reset
+        self._retired: dict[int, set[int]] = {}               # device -> retired physical pages
+        self._resets_of: dict[int, int] = {}                  # device -> resets done
+        self.poison_pending = False  # an error interrupt arrived: skipped commands' outputs to collect
+        self.launch_blocking = False  # the runtime's EMU_LAUNCH_BLOCKING (named in fault messages)
 
     # -- discovery -------------------------------------------------------
     @property
@@ -155,7 +162,7 @@ class Driver:
                 raise DriverError(DriverStatus.INVALID_HANDLE, f"0x{va:x} is not an allocation of this context")
             self._endpoint(context.device).unmap_pages(context.asid, va)
             context.space.release(va, mapping[1])
-            self._physical[context.device].release(*mapping)
+            self._release_physical(context.device, *mapping)
 
     def memory_info(self, device: int) -> tuple[int, int]:
         """(free, total) bytes of a device's physical memory."""
@@ -169,7 +176,9 @@ class Driver:
     # -- submission ------------------------------------------------------
     def create_queue(self, context: Context) -> Queue:
         with self.lock:
-            return Queue(context, self._endpoint(context.device).create_ring())
+            queue = Queue(context, self._endpoint(context.device).create_ring())
+            self._queues[(context.device, queue.ring_id)] = queue
+            return queue
 
     def new_semaphore(self, device: int) -> int:
         """A fence semaphore of ``device``. Released ones are recycled, so it may not start at 0:
@@ -221,6 +230,10 @@ class Driver:
         if type(ref) is not TensorRef:
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"expected a TensorRef, got {type(ref).__name__}")
         host, device, address, dtype, shape, strides = ref
+        if not isinstance(shape, (tuple, list)) or not isinstance(strides, (tuple, list)) or not isinstance(dtype, int):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"invalid tensor descriptor: dtype code {dtype!r}, shape {shape!r}, strides {strides!r} "
+                              f"(need an int dtype code and tuples of ints)")
         dims = (*shape, *strides)
         if (dtype not in _ITEMSIZE or len(shape) != len(strides) or len(shape) > MAX_RANK
                 or (dims and (not set(map(type, dims)) <= _INT or min(dims) < 0))):
@@ -261,6 +274,9 @@ class Driver:
         return self._submit(queue, abi.FillCommand, abi.Opcode.FILL, d, value)
 
     def submit_launch(self, queue: Queue, kernel: str, args: tuple) -> int:
+        if type(kernel) is not str or type(args) is not tuple:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"a launch needs a kernel name (str) and a tuple of arguments, got {kernel!r}, {args!r}")
         resolved = []
         for a in args:
             kind = type(a)
@@ -272,10 +288,12 @@ class Driver:
         return self._submit(queue, abi.LaunchCommand, _LAUNCH, kernel, tuple(resolved))
 
     def submit_signal(self, queue: Queue, semaphore: int, value: int) -> int:
+        _check_fence(semaphore, value)
         return self._submit(queue, abi.SignalCommand, abi.Opcode.SIGNAL, semaphore, value)
 
     def submit_wait(self, queue: Queue, device: int, semaphore: int, value: int) -> int:
         self._endpoint(device)
+        _check_fence(semaphore, value)
         return self._submit(queue, abi.WaitCommand, abi.Opcode.WAIT, device, semaphore, value)
 
     def _submit(self, queue: Queue, command_type, opcode, *fields) -> int:
@@ -290,15 +308,15 @@ class Driver:
                 # Back-pressure: the host blocks until the firmware drained half the ring
                 # (one wake-up per half ring keeps the simulation batched).
                 half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
-                self._host_waited_until(endpoint.wait_ring_space(queue.ring_id, half))
+                self._host_waited_until(endpoint.wait_ring_space(queue.ring_id, half), "backpressure")
             return seq
 
     def _host_now(self) -> float:
         return self.host_clock.now_ns if self.host_clock is not None else self.transport.now_ns()
 
-    def _host_waited_until(self, t: float) -> None:
+    def _host_waited_until(self, t: float, reason: str = "sync") -> None:
         if self.host_clock is not None:
-            self.host_clock.wait_until(t)
+            self.host_clock.wait_until(t, reason)
 
     # -- completion ------------------------------------------------------
     def semaphore_value(self, device: int, semaphore: int) -> int:
@@ -315,6 +333,9 @@ class Driver:
             try:
                 t = endpoint.wait_semaphore(semaphore, value)
             except WaitNeverSatisfied as err:
+                fault = self.device_faults.get(device)
+                if fault is not None:  # the device died under the wait: that is the error to report
+                    raise fault from err
                 raise DriverError(DriverStatus.DEADLOCK,
                                   f"device {device}: semaphore {semaphore} can never reach {value} "
                                   f"(it is at {endpoint.semaphore_value(semaphore)}): {err}") from err
@@ -329,10 +350,10 @@ class Driver:
 
         def handle(vector, payload):
             self.interrupts += 1
+            if self.host_clock is not None:  # servicing it costs host CPU (runtime/host_clock.py)
+                self.host_clock.service_interrupt(payload.sim_time_ns)
             if vector == abi.Irq.ERROR:
-                context = self._contexts.get(payload.asid)
-                if context is not None and context.fault is None:
-                    context.fault = FirmwareRecordError(payload)
+                self._record_fault(device, payload)
             elif vector == abi.Irq.INTERNAL_ERROR:  # an emulator bug: reported once, never sticky
                 pending.append(payload)
         return handle
@@ -355,24 +376,207 @@ class Driver:
             raise context.fault
         self._raise_internal_error()
 
+    # -- faults: scopes, poisoned outputs, retired pages -------------------
+    def _record_fault(self, device: int, record) -> None:
+        """An error interrupt: the record's scope decides what it poisons (driver side)."""
+        err = FirmwareRecordError(record)
+        err.launch_blocking = self.launch_blocking  # how the runtime will report it (for its message)
+        self.poison_pending = True
+        if err.scope == "device":
+            if device not in self.device_faults:
+                self.device_faults[device] = err
+            for context in self._contexts.values():
+                if context.device == device and context.fault is None:
+                    context.fault = self.device_faults[device]
+        elif err.scope == "stream":
+            queue = self._queues.get((device, record.ring))
+            if queue is not None and queue.fault is None:
+                queue.fault = err
+        else:
+            context = self._contexts.get(record.asid)
+            if context is not None and context.fault is None:
+                context.fault = err
+
+    def check_queue(self, queue: Queue) -> None:
+        """Raises the stream-scope fault of ``queue``, if any: sticky for the queue (its ring aborts
+        every later command) until the device is reset; other queues go on."""
+        if queue.fault is not None:
+            raise queue.fault
+
+    def collect_poisoned(self) -> list:
+        """(context, va, seq, FirmwareRecordError) for each output a skipped or faulted command did not
+        write, since the last call (any device)."""
+        with self.lock:
+            self.poison_pending = False
+            out, errors = [], {}
+            for endpoint in self._devices:
+                for device, asid, va, seq, record in endpoint.take_poisoned_writes():
+                    context = self._contexts.get(asid)
+                    if context is None:
+                        continue
+                    err = errors.get(id(record))
+                    if err is None:
+                        err = errors[id(record)] = (self.device_faults.get(record.device)
+                                                    if record.status == abi.Status.DEVICE_RESET
+                                                    else None) or FirmwareRecordError(record)
+                    out.append((context, va, seq, err))
+            return out
+
+    def _release_physical(self, device: int, pa: int, size: int) -> None:
+        """Returns a physical range to the free list, except pages retired after an uncorrectable
+        ECC error: those are never handed out again."""
+        retired = self._retired.get(device)
+        physical = self._physical[device]
+        if not retired:
+            physical.release(pa, size)
+            return
+        page = physical.page_size
+        start = pa
+        for p in range(pa, pa + size, page):
+            if p in retired:
+                if p > start:
+                    physical.release(start, p - start)
+                physical.used -= page  # retired: neither used nor free
+                start = p + page
+        if start < pa + size:
+            physical.release(start, pa + size - start)
+
+    def _retire_pages(self, device: int, pages) -> list:
+        """Retires physical pages: never handed out again. Returns (context, va) of the mappings
+        that hold one (their owner should release them soon; the page stays out when it does)."""
+        retired = self._retired.setdefault(device, set())
+        physical = self._physical[device]
+        holders = []
+        for page in pages:
+            if page in retired:
+                continue
+            retired.add(page)
+            holder = next(((c, va) for c in self._contexts.values() if c.device == device
+                           for va, (pa, size) in c.space.mappings.items() if pa <= page < pa + size), None)
+            if holder is None:
+                _take_free_page(physical, page)  # free now: take it out of the free list
+            else:
+                holders.append(holder)
+            log.warning("device %d: physical page 0x%x retired after an uncorrectable ECC error", device, page)
+        return holders
+
+    def close_context(self, context: Context) -> None:
+        """Destroys a context: releases its memory and address space and forgets its sticky fault
+        (the firmware too). Its queues must not be used afterwards."""
+        with self.lock:
+            endpoint = self._endpoint(context.device)
+            for va in list(context.space.mappings):
+                self.release(context, va)
+            endpoint.destroy_address_space(context.asid)
+            endpoint.clear_context_fault(context.asid)
+            self._contexts.pop(context.asid, None)
+            for key in [k for k, q in self._queues.items() if q.context is context]:
+                del self._queues[key]
+            context.fault = None
+
+    # -- fault injection, health, error log (firmware mailbox) --------------
+    def inject_fault(self, device: int, kind: str, trigger: dict) -> int:
+        with self.lock:
+            endpoint = self._endpoint(device)
+            try:
+                return endpoint.inject_fault(kind, dict(trigger))
+            except InvalidRequest as err:
+                raise DriverError(DriverStatus.INVALID_ARGUMENT, str(err)) from err
+            except NotImplementedError as err:
+                raise DriverError(DriverStatus.NOT_SUPPORTED, str(err)) from err
+
+    def cancel_fault(self, device: int, handle: int) -> bool:
+        with self.lock:
+            return self._endpoint(device).cancel_fault(handle)
+
+    def clear_faults(self, device: int) -> None:
+        with self.lock:
+            self._endpoint(device).clear_faults()
+
+    def health(self, device: int) -> dict:
+        with self.lock:
+            data = dict(self._endpoint(device).health())
+            data["retired_pages"] = len(self._retired.get(device, ()))
+            data["resets"] = self._resets_of.get(device, 0)
+            data["needs_reset"] = device in self.device_faults
+            return data
+
+    def error_log(self, device: int) -> dict:
+        """{"errors": [record dict with kind, scope, correlation_id, message], "events": [...]}."""
+        with self.lock:
+            data = self._endpoint(device).error_log()
+        errors = []
+        for record in data["errors"]:
+            entry = record._asdict()
+            entry["status"] = getattr(record.status, "name", record.status)
+            entry["kind"] = abi.STATUS_KIND.get(record.status, str(entry["status"]).lower())
+            entry["scope"] = abi.STATUS_SCOPE.get(record.status, "context")
+            entry["correlation_id"] = record.seq
+            entry["message"] = describe_record(record)
+            errors.append(entry)
+        return {"errors": errors, "events": list(data["events"])}
+
     # -- recovery --------------------------------------------------------
-    def recover(self, device: int, reason: str) -> dict:
-        """Dumps state, drains the device and clears its contexts' faults. Safe to call twice."""
+    def reset_device(self, device: int, reason: str) -> dict:
+        """The one recovery entry point; safe to call twice. It dumps state to the log, aborts the
+        in-flight work (every queued command skipped, every pending fence signalled: nothing waits
+        forever), resets the firmware and the engines, retires the pages that had an uncorrectable
+        ECC error, and clears every fault of the device (context, stream, device scope). Returns the
+        dump; ``dump["device_fault"]`` says whether memory contents must be considered lost."""
         with self.lock:
             endpoint = self._endpoint(device)
             contexts = [c for c in self._contexts.values() if c.device == device]
+            queues = [q for (d, _), q in self._queues.items() if d == device]
+            device_fault = self.device_faults.get(device)
+            try:
+                health = dict(endpoint.health())
+            except NotImplementedError:
+                health = {}
             dump = {
                 "device": device, "reason": reason, "sim_time_ns": self.transport.now_ns(),
-                "faults": [c.fault.record._asdict() for c in contexts if c.fault is not None],
-                "memory_used": self._physical[device].used,
+                "faults": [c.fault.record._asdict() for c in contexts
+                           if c.fault is not None and c.fault is not device_fault],
+                "stream_faults": [q.fault.record._asdict() for q in queues if q.fault is not None],
+                "device_fault": device_fault.record._asdict() if device_fault is not None else None,
+                "memory_used": self._physical[device].used, "health": health,
             }
-            log.warning("recovering device %d: %s; state %s", device, reason, dump)
+            if device_fault is not None:
+                dump["faults"].insert(0, dump["device_fault"])
+            log.warning("resetting device %d: %s; state %s", device, reason, dump)
+            try:
+                endpoint.begin_reset()
+            except NotImplementedError:  # a transport without a reset: at least let the work drain
+                endpoint = None
             self.transport.drain()
+            if endpoint is None:
+                endpoint = self._endpoint(device)
+            else:
+                endpoint.finish_reset()
+            # A fault the aborted work raised while it drained (a watchdog expiring) counts too.
+            device_fault = self.device_faults.get(device, device_fault)
+            if device_fault is not None and dump["device_fault"] is None:
+                dump["device_fault"] = device_fault.record._asdict()
+                dump["faults"].insert(0, dump["device_fault"])
+            dump["device_fault_error"] = device_fault
+            dump["retired_mappings"] = self._retire_pages(device, endpoint.take_bad_pages())
             for context in contexts:
                 context.fault = None
                 endpoint.clear_context_fault(context.asid)
+            for queue in queues:
+                queue.fault = None
+            self.device_faults.pop(device, None)
+            self._resets_of[device] = self._resets_of.get(device, 0) + 1
             self.resets += 1
+            dump["retired_pages"] = len(self._retired.get(device, ()))
             return dump
+
+    recover = reset_device  # the former name of the recovery entry point
+
+    def trace_since(self, device: int, min_seq: int) -> list:
+        """The device's newest trace records back to the first one older than ``min_seq``
+        (firmware/platform.py ``DeviceEndpoint.trace_since``)."""
+        with self.lock:
+            return self._endpoint(device).trace_since(min_seq)
 
     def configure_trace(self, entries: int) -> None:
         """Every device keeps its last ``entries`` command trace records (0: no trace)."""
@@ -384,3 +588,25 @@ class Driver:
 
     def telemetry(self, device: int) -> dict:
         return self._endpoint(device).telemetry()
+
+
+def _take_free_page(physical, page: int) -> None:
+    """Removes one free page from a physical allocator's free list (a page being retired)."""
+    free = physical._free  # the driver's own allocator (driver/memory_manager.py)
+    size = physical.page_size
+    for i, (start, length) in enumerate(free):
+        if start <= page < start + length:
+            pieces = [(start, page - start), (page + size, start + length - page - size)]
+            free[i:i + 1] = [(a, n) for a, n in pieces if n > 0]
+            return
+
+
+_FENCE_MAX = (1 << 63) - 1
+
+
+def _check_fence(semaphore, value) -> None:
+    """Fence words are 64-bit: a semaphore id is an int >= 1, a value an int in [0, 2^63)."""
+    if type(semaphore) is not int or semaphore < 1 or type(value) is not int or not 0 <= value <= _FENCE_MAX:
+        raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                          f"invalid fence: semaphore {semaphore!r}, value {value!r} (need an int id >= 1 and an "
+                          f"int value in [0, 2^63))")

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from firmware import abi
+
 
 class DriverStatus(IntEnum):
     SUCCESS = 0
@@ -21,6 +23,11 @@ class DriverStatus(IntEnum):
     NOT_INITIALIZED = 8
     INVALID_CONFIGURATION = 9  # the hardware description names a bad field
     INTERNAL_ERROR = 10     # the emulator hit a bug executing a command (not a device fault; not sticky)
+    STREAM_FAULTED = 11     # a DMA/link/ring fault aborted one queue's work (reported once, then cleared)
+    DEVICE_NEEDS_RESET = 12  # an uncorrectable ECC error, a hung engine, a lost heartbeat, a dead link
+    DEVICE_RESET = 13       # the handle's device was reset since: its memory contents are gone
+    NOT_SUPPORTED = 14      # the transport cannot do what was asked (e.g. no fault injection)
+    DEVICE_INIT_FAILED = 15  # a device did not come up at initialisation
 
 
 class DriverError(Exception):
@@ -31,15 +38,30 @@ class DriverError(Exception):
         super().__init__(f"[{status.name}] {message}")
 
 
+_SCOPE_STATUS = {"context": DriverStatus.CONTEXT_FAULTED, "stream": DriverStatus.STREAM_FAULTED,
+                 "device": DriverStatus.DEVICE_NEEDS_RESET}
+
+
+def describe_record(record) -> str:
+    """One line naming the hardware event behind a firmware error record and its correlation id."""
+    status = record.status.name if hasattr(record.status, "name") else str(record.status)
+    kind = abi.STATUS_KIND.get(record.status, status.lower())
+    where = f" at 0x{record.address:x}" if record.address is not None else ""
+    return (f"hardware event {kind} on device {record.device}, engine {record.unit}{where}, "
+            f"t={record.sim_time_ns:.0f} ns (firmware status {status}, ring {record.ring}, "
+            f"correlation id {record.seq}): {record.detail}")
+
+
 class FirmwareRecordError(DriverError):
-    """A firmware error record, decoded: the root of a device-fault cause chain."""
+    """A firmware error record, decoded: the root of a device-fault cause chain. ``scope`` is the
+    record's (abi.STATUS_SCOPE): context, stream or device; ``kind`` the hardware event's kind and
+    ``seq`` the faulting command's correlation id."""
 
     def __init__(self, record):
-        super().__init__(DriverStatus.CONTEXT_FAULTED,
-                         f"firmware reported {record.status.name if hasattr(record.status, 'name') else record.status}"
-                         f" on device {record.device} ring {record.ring} command {record.seq} "
-                         f"in {record.unit}" + (f" at 0x{record.address:x}" if record.address is not None else "")
-                         + f" (t={record.sim_time_ns:.0f} ns): {record.detail}", record=record)
+        self.scope = abi.STATUS_SCOPE.get(record.status, "context")
+        self.kind = abi.STATUS_KIND.get(record.status, "kernel_fault")
+        self.seq = record.seq
+        super().__init__(_SCOPE_STATUS[self.scope], "firmware reported " + describe_record(record), record=record)
 
 
 class InternalErrorRecordError(DriverError):

@@ -53,27 +53,89 @@ class _Validated:
 @dataclass(frozen=True)
 class HbmConfig(_Validated):
     capacity_bytes: int = param(16 * GiB, "B", "device memory capacity", minimum=1 * MiB)
-    bandwidth_gb_per_s: float = param(1600.0, "GB/s", "peak HBM bandwidth", minimum=0.001)
+    bandwidth_gb_per_s: float = param(1600.0, "GB/s", "peak HBM bandwidth (all channels together)", minimum=0.001)
     latency_ns: float = param(120.0, "ns", "access latency added to each transfer", minimum=0.0)
-    channels: int = param(16, "1", "independent channels (informational)", minimum=1)
+    channels: int = param(16, "1", "independent channels; one tile transfer streams from one channel at "
+                                   "bandwidth / channels (tile fidelity)", minimum=1)
+    efficiency: float = param(1.0, "1", "fraction of peak bandwidth a long stream sustains (refresh, "
+                                        "bank conflicts, page misses)", minimum=0.01)
+
+    @property
+    def sustained_gb_per_s(self) -> float:
+        return self.bandwidth_gb_per_s * min(self.efficiency, 1.0)
 
 
 @dataclass(frozen=True)
 class DmaConfig(_Validated):
     engines: int = param(4, "1", "DMA engines per device; copies run on them concurrently", minimum=1)
     setup_ns: float = param(500.0, "ns", "descriptor fetch and setup per copy", minimum=0.0)
+    bytes_per_cycle: int = param(1024, "B/cycle", "bytes one DMA engine moves per device clock cycle", minimum=1)
 
 
 @dataclass(frozen=True)
 class HostLinkConfig(_Validated):
-    bandwidth_gb_per_s: float = param(32.0, "GB/s", "host link (PCIe-like) bandwidth per direction", minimum=0.001)
+    bandwidth_gb_per_s: float = param(32.0, "GB/s", "bandwidth of each device's host link (PCIe-like), "
+                                                    "per direction", minimum=0.001)
     latency_ns: float = param(1000.0, "ns", "one-way host link latency", minimum=0.0)
 
 
 @dataclass(frozen=True)
 class InterconnectConfig(_Validated):
-    bandwidth_gb_per_s: float = param(100.0, "GB/s", "device-to-device link bandwidth", minimum=0.001)
-    latency_ns: float = param(700.0, "ns", "device-to-device link latency", minimum=0.0)
+    bandwidth_gb_per_s: float = param(100.0, "GB/s", "bandwidth of one device-to-device link, per direction",
+                                      minimum=0.001)
+    latency_ns: float = param(700.0, "ns", "device-to-device link latency (per hop)", minimum=0.0)
+    topology: str = param("fully_connected", "", "which device pairs have links: fully_connected (a link "
+                                                 "per pair), ring (neighbours only; other traffic hops "
+                                                 "through every link on the shorter way round), switch "
+                                                 "(one port per device into a switch)",
+                          choices=("fully_connected", "ring", "switch"))
+    links_per_pair: int = param(1, "1", "parallel links between two connected devices (bandwidth adds up)",
+                                minimum=1)
+
+
+def _rate(default: float, what: str):
+    return param(default, "1/cycle", what, minimum=1e-6)
+
+
+@dataclass(frozen=True)
+class MatrixRates(_Validated):
+    """MACs per processing element per cycle for each element type (1.0: one MAC per PE per cycle,
+    the rate SCALE-Sim's cycle formulas assume). Integer types of 8 bits and bool use ``int8``;
+    wider integers use ``int32``."""
+    int8: float = _rate(2.0, "MACs per PE per cycle on int8/uint8/bool operands")
+    int32: float = _rate(0.25, "MACs per PE per cycle on int16/int32/int64 operands")
+    float16: float = _rate(1.0, "MACs per PE per cycle on float16 operands")
+    bfloat16: float = _rate(1.0, "MACs per PE per cycle on bfloat16 operands")
+    float32: float = _rate(0.25, "MACs per PE per cycle on float32 operands")
+    float64: float = _rate(0.0625, "MACs per PE per cycle on float64 operands")
+
+
+@dataclass(frozen=True)
+class VectorRates(_Validated):
+    """Element operations per lane per cycle for each element type (8-bit types and bool use
+    ``int8``, 16- and 32-bit integers ``int32``, 64-bit integers ``int64``)."""
+    int8: float = _rate(1.0, "ops per lane per cycle on int8/uint8/bool elements")
+    int32: float = _rate(1.0, "ops per lane per cycle on int16/int32 elements")
+    int64: float = _rate(0.5, "ops per lane per cycle on int64 elements")
+    float16: float = _rate(1.0, "ops per lane per cycle on float16 elements")
+    bfloat16: float = _rate(1.0, "ops per lane per cycle on bfloat16 elements")
+    float32: float = _rate(1.0, "ops per lane per cycle on float32 elements")
+    float64: float = _rate(0.5, "ops per lane per cycle on float64 (and complex) elements")
+
+
+def _rate_class(dtype: str, matrix: bool) -> str:
+    """The rate field of ``MatrixRates``/``VectorRates`` an element type name uses."""
+    if dtype in ("float16", "bfloat16", "float32", "float64"):
+        return dtype
+    if dtype in ("complex64", "complex128"):
+        return "float32" if dtype == "complex64" else "float64"
+    if dtype in ("bool", "uint8", "int8"):
+        return "int8"
+    if dtype in ("int16", "int32", "uint16", "uint32"):
+        return "int32"
+    if dtype in ("int64", "uint64"):
+        return "int32" if matrix else "int64"
+    raise ValueError(f"unknown element type {dtype!r}")
 
 
 @dataclass(frozen=True)
@@ -81,19 +143,42 @@ class MatrixEngineConfig(_Validated):
     rows: int = param(128, "PE", "systolic array rows", minimum=1)
     cols: int = param(128, "PE", "systolic array columns", minimum=1)
     dataflow: str = param("ws", "", "systolic dataflow (weight/output/input stationary)", choices=("ws", "os", "is"))
+    weight_double_buffering: bool = param(False, "", "the next fold's stationary operand preloads while the "
+                                                     "current fold streams (hides the fill of every fold "
+                                                     "but the first)")
+    efficiency: float = param(1.0, "1", "fraction of the systolic cycle model's rate the engine sustains "
+                                        "(operand delivery, instruction issue, power-limited clock)",
+                              minimum=0.01)
+    macs_per_cycle: MatrixRates = field(default_factory=MatrixRates)
 
 
 @dataclass(frozen=True)
 class VectorEngineConfig(_Validated):
     lanes: int = param(256, "elements/cycle", "SIMD lanes of the vector engine", minimum=1)
     pipeline_cycles: int = param(16, "cycles", "fill/drain latency per kernel", minimum=0)
+    transcendental_cycles: float = param(8.0, "cycles", "cycles per element group of exp or log; every other "
+                                                        "function's table cost scales with it", minimum=0.0)
+    ops_per_cycle: VectorRates = field(default_factory=VectorRates)
+
+
+@dataclass(frozen=True)
+class ScratchpadConfig(_Validated):
+    bytes_per_core: int = param(8 * MiB, "B", "scratchpad SRAM of one core", minimum=0)
+    bandwidth_bytes_per_cycle: int = param(4096, "B/cycle", "scratchpad read+write bandwidth of one core; a "
+                                                            "kernel's engines cannot move its bytes faster",
+                                           minimum=1)
+    double_buffering: bool = param(True, "", "kernels double-buffer their tiles through the scratchpad, so "
+                                             "operand DMA overlaps compute")
+    operands_resident: bool = param(False, "", "assume every operand already sits in the scratchpad: no HBM "
+                                               "traffic is charged (SCALE-Sim's compute-cycle setting)")
 
 
 @dataclass(frozen=True)
 class CommandProcessorConfig(_Validated):
     ring_entries: int = param(1024, "commands", "entries of each submission ring", minimum=2)
     decode_ns: float = param(100.0, "ns", "command fetch and decode time", minimum=0.0)
-    launch_ns: float = param(1500.0, "ns", "kernel launch overhead on the device", minimum=0.0)
+    launch_ns: float = param(1500.0, "ns", "kernel launch overhead, held by the command processor (not "
+                                           "by the compute engines)", minimum=0.0)
 
 
 @dataclass(frozen=True)
@@ -102,21 +187,56 @@ class MmuConfig(_Validated):
 
 
 @dataclass(frozen=True)
+class WatchdogConfig(_Validated):
+    # Defined before DeviceConfig (not at the end of the file) because DeviceConfig's field
+    # default needs the class; the TOML table is [device.watchdog].
+    timeout_ns: float = param(1_000_000.0, "ns", "simulated time after which the watchdog declares a busy "
+                              "engine hung or a silent firmware dead (device-scope fault)", minimum=1.0)
+    heartbeat_ns: float = param(100_000.0, "ns", "period of the firmware heartbeat the watchdog checks",
+                                minimum=1.0)
+
+
+@dataclass(frozen=True)
 class DeviceConfig(_Validated):
     name: str = param("Seed-1", "", "marketing name of the device")
     clock_ghz: float = param(1.4, "GHz", "core clock", minimum=0.001)
-    sram_bytes: int = param(32 * MiB, "B", "on-chip scratchpad SRAM", minimum=0)
+    cores: int = param(4, "1", "compute cores; each has a matrix engine, a vector engine and a scratchpad",
+                       minimum=1)
     hbm: HbmConfig = field(default_factory=HbmConfig)
     dma: DmaConfig = field(default_factory=DmaConfig)
     matrix_engine: MatrixEngineConfig = field(default_factory=MatrixEngineConfig)
     vector_engine: VectorEngineConfig = field(default_factory=VectorEngineConfig)
+    scratchpad: ScratchpadConfig = field(default_factory=ScratchpadConfig)
     command_processor: CommandProcessorConfig = field(default_factory=CommandProcessorConfig)
     mmu: MmuConfig = field(default_factory=MmuConfig)
+    watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
 
     @property
     def total_memory(self) -> int:
         """Device memory in bytes (the name torch.cuda's device properties use)."""
         return self.hbm.capacity_bytes
+
+    @property
+    def sram_bytes(self) -> int:
+        """Scratchpad SRAM of all cores together."""
+        return self.scratchpad.bytes_per_core * self.cores
+
+    def peak_flops(self, engine: str = "matrix", dtype: str = "bfloat16") -> float:
+        """Peak FLOP/s of all cores' ``engine`` ("matrix": 2 per MAC; "vector": 1 per op) on
+        ``dtype`` (an element type name, e.g. "float32"; integer names map to their rate class)."""
+        if engine == "matrix":
+            e = self.matrix_engine
+            rate = getattr(e.macs_per_cycle, _rate_class(dtype, matrix=True))
+            return 2.0 * e.rows * e.cols * rate * self.clock_ghz * 1e9 * self.cores
+        if engine == "vector":
+            e = self.vector_engine
+            return e.lanes * getattr(e.ops_per_cycle, _rate_class(dtype, matrix=False)) * self.clock_ghz * 1e9 * self.cores
+        raise ValueError(f"unknown engine {engine!r} (matrix or vector)")
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """Sustained HBM bandwidth (peak x efficiency) in B/s: the roofline's memory ceiling."""
+        return self.hbm.sustained_gb_per_s * 1e9
 
 
 @dataclass(frozen=True)
@@ -140,6 +260,9 @@ class SystemConfig(_Validated):
     host_link: HostLinkConfig = field(default_factory=HostLinkConfig)
     interconnect: InterconnectConfig = field(default_factory=InterconnectConfig)
     host: HostConfig = field(default_factory=HostConfig)
+    fidelity: str = param("kernel", "", "timing fidelity: kernel (analytical per-kernel cost) or tile "
+                                        "(tile-level discrete events); EMU_FIDELITY overrides it",
+                          choices=("kernel", "tile"))
 
 
 def _build(cls, data: dict, prefix: str):
@@ -168,7 +291,10 @@ def from_dict(data: dict) -> SystemConfig:
     return _build(SystemConfig, data, "")
 
 
-def load_file(path: str | os.PathLike) -> SystemConfig:
+def load_file(path: str | os.PathLike, ignore: tuple = ()) -> SystemConfig:
+    """A TOML description. A top-level ``preset = "name"`` starts from that preset (its tables
+    override it field by field); without it, from the dataclass defaults. Top-level tables named
+    in ``ignore`` belong to another reader (e.g. ``faults``) and are skipped."""
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())
@@ -176,8 +302,34 @@ def load_file(path: str | os.PathLike) -> SystemConfig:
         raise ConfigError("EMU_CONFIG", f"no such file: {path}") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(str(path), f"not valid TOML: {err}") from None
-    data.setdefault("name", path.stem)
+    for key in ignore:
+        data.pop(key, None)
+    named = "name" in data
+    base = data.pop("preset", None)
+    if base is not None:
+        if not isinstance(base, str):
+            raise ConfigError("preset", f"expected the name of a preset, got {base!r}")
+        data = _merge(_preset_data(base), data)
+    if not named:
+        data["name"] = path.stem
     return from_dict(data)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """``over``'s tables override ``base``'s field by field (recursively)."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _preset_data(name: str) -> dict:
+    path = PRESET_DIR / f"{name}.toml"
+    if not path.exists():
+        raise ConfigError("preset", f"unknown preset {name!r} (available: {', '.join(presets())})")
+    data = tomllib.loads(path.read_text())
+    base = data.pop("preset", None)
+    return _merge(_preset_data(base), data) if base else data
 
 
 def presets() -> list[str]:

@@ -49,6 +49,11 @@ class FaultRecord:
     sim_time_ns: float
     detail: str
 
+    @property
+    def engine(self) -> str:
+        """The engine (unit) that saw the event: the name the fault-injection API uses."""
+        return self.unit
+
     def __str__(self) -> str:
         where = f" at 0x{self.address:x}" if self.address is not None else ""
         return (f"{self.kind} on device {self.device} in {self.unit}{where} "
@@ -65,3 +70,7 @@ class HardwareFault(EmulatorError):
 
 class PageFault(HardwareFault):
     """An access to a virtual address that the context has not mapped."""
+
+
+class InjectedFault(HardwareFault):
+    """A hardware event armed through emulator/faults.py (its ``record.kind`` is the fault kind)."""

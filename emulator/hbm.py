@@ -5,6 +5,9 @@ with MAP_NORESERVE so the host commits pages only when they are touched: a 16 Gi
 device costs nothing until used. Addresses here are *physical* device addresses
 (offsets into the store); virtual addresses are the MMU's business.
 
+Bandwidth is one reservation timeline shared by the device's cores, streams and DMA
+engines (contention); ``efficiency`` derates the peak.
+
 Left out: banks/channels conflicts, refresh, and ECC scrubbing (ECC faults can
 be injected by marking addresses poisoned).
 """
@@ -17,12 +20,35 @@ import numpy as np
 
 from emulator.config import HbmConfig
 from emulator.errors import FaultRecord, HardwareFault
+from emulator.timeline import Timeline
 
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python 3.11 lacks the name
 
 
-class HBM:
+class HbmTiming:
+    """HBM's timing model alone (no store): what kernel cost functions use."""
+
+    def __init__(self, config: HbmConfig, device_index: int):
+        self.config = config
+        self.device_index = device_index
+        # Bandwidth reservation shared by every core, stream and DMA engine of the device.
+        self.timeline = Timeline()
+        self.lane = f"dev{device_index}.hbm"
+        self.bytes_per_ns = config.sustained_gb_per_s
+
+    def transfer_ns(self, nbytes: int) -> float:
+        """Time to stream ``nbytes`` through HBM at its sustained bandwidth (peak x efficiency;
+        GB/s == bytes/ns), latency included."""
+        return self.config.latency_ns + nbytes / self.bytes_per_ns
+
+    def stream_ns(self, nbytes: int) -> float:
+        """The bandwidth term alone (no latency)."""
+        return nbytes / self.bytes_per_ns
+
+
+class HBM(HbmTiming):
     def __init__(self, env, config: HbmConfig, device_index: int):
+        super().__init__(config, device_index)
         self.env = env
         self.config = config
         self.device_index = device_index
@@ -31,6 +57,7 @@ class HBM:
                                 flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
         self._bytes = np.frombuffer(self._store, dtype=np.uint8)
         self.base_address = self._bytes.ctypes.data
+        # Byte counters (kept by the firmware per command: kernel operand traffic and copies).
         self.bytes_read = 0
         self.bytes_written = 0
 
@@ -46,9 +73,6 @@ class HBM:
         self.host_address(physical, nbytes)
         return self._bytes[physical:physical + nbytes]
 
-    def transfer_ns(self, nbytes: int) -> float:
-        """Time to stream ``nbytes`` through HBM at peak bandwidth (GB/s == bytes/ns)."""
-        return self.config.latency_ns + nbytes / self.config.bandwidth_gb_per_s
 
     def resident_bytes(self) -> int:
         """Bytes of the store the host has actually committed (Linux ``mincore``)."""
@@ -59,3 +83,35 @@ class HBM:
         if libc.mincore(ctypes.c_void_p(self.base_address), self.capacity, vector) != 0:
             return -1
         return int((np.frombuffer(vector, dtype=np.uint8) & 1).sum()) * page
+
+    # -- injected memory faults (emulator/faults.py) ---------------------------
+    # ECC is modelled by its outcome only: a correctable error is counted, an uncorrectable one
+    # marks its page poisoned (the driver retires it at the next reset), a bit flip without ECC
+    # silently changes one bit of the store.
+    def ecc_corrected(self, physical: int) -> None:
+        self.ecc_corrected_count = getattr(self, "ecc_corrected_count", 0) + 1
+
+    def ecc_uncorrected(self, physical: int, page_size: int) -> int:
+        """Marks the page holding ``physical`` poisoned; returns the page's physical address."""
+        self.ecc_uncorrected_count = getattr(self, "ecc_uncorrected_count", 0) + 1
+        page = physical - physical % page_size
+        if not hasattr(self, "poisoned_pages"):
+            self.poisoned_pages: set[int] = set()
+        self.poisoned_pages.add(page)
+        return page
+
+    def take_poisoned_pages(self) -> list[int]:
+        """The poisoned pages, forgotten here (the driver retires them: never handed out again)."""
+        pages = sorted(getattr(self, "poisoned_pages", ()))
+        self.poisoned_pages = set()
+        return pages
+
+    def flip_bit(self, physical: int, bit: int) -> None:
+        self.host_address(physical, 1)
+        self._bytes[physical] ^= np.uint8(1 << (bit % 8))
+        self.bits_flipped = getattr(self, "bits_flipped", 0) + 1
+
+    def ecc_counters(self) -> dict:
+        return {"ecc_corrected": getattr(self, "ecc_corrected_count", 0),
+                "ecc_uncorrected": getattr(self, "ecc_uncorrected_count", 0),
+                "bits_flipped": getattr(self, "bits_flipped", 0)}

@@ -31,9 +31,11 @@ class EmulatedSystem:
         self.env = simpy.Environment()
         # The DES is not re-entrant; every host thread that advances it takes this lock.
         self.lock = threading.RLock()
-        self.host_link = HostLink(self.env, config.host_link)
-        self.interconnect = Interconnect(self.env, config.interconnect)
-        self.devices = [EmulatedDevice(self.env, config.device, i, self.host_link, self.interconnect)
+        # Each device has its own host link; device pairs are linked per the topology.
+        self.host_links = [HostLink(self.env, config.host_link, i) for i in range(config.num_devices)]
+        self.interconnect = Interconnect(self.env, config.interconnect, config.num_devices)
+        self.devices = [EmulatedDevice(self.env, config.device, i, self.host_links[i], self.interconnect,
+                                       fidelity=config.fidelity)
                         for i in range(config.num_devices)]
         for device in self.devices:
             device.peers = self.devices

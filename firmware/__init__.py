@@ -3,7 +3,9 @@ the driver reaches it through."""
 from firmware import abi
 from firmware.image import FirmwareImage
 from firmware.platform import ConfigError, DeviceEndpoint, Platform, describe_description, load_description
-from firmware.transport import DeviceTransport, HostTransport, TransportError, WaitNeverSatisfied
+from emulator.faults import KINDS as FAULT_KINDS, SCOPES as FAULT_SCOPES, TRIGGERS as FAULT_TRIGGERS
+from firmware.transport import DeviceTransport, HostTransport, InvalidRequest, TransportError, WaitNeverSatisfied
 
 __all__ = ["abi", "FirmwareImage", "DeviceEndpoint", "Platform", "ConfigError", "DeviceTransport",
-           "HostTransport", "TransportError", "WaitNeverSatisfied", "load_description", "describe_description"]
+           "HostTransport", "TransportError", "InvalidRequest", "WaitNeverSatisfied", "load_description", "describe_description",
+           "FAULT_KINDS", "FAULT_SCOPES", "FAULT_TRIGGERS"]

@@ -67,6 +67,16 @@ class Status(IntEnum):
     KERNEL_FAULT = 4
     UNKNOWN_KERNEL = 5
     ABORTED = 6       # not executed: its context had already faulted
+    # Hardware faults (emulator/faults.py kinds); their scope is STATUS_SCOPE below.
+    ECC_UNCORRECTABLE = 7
+    DMA_ERROR = 8
+    DMA_TIMEOUT = 9
+    ENGINE_HANG = 10      # the watchdog found an engine busy past its timeout
+    HEARTBEAT_LOST = 11   # the watchdog found the firmware heartbeat stopped
+    RING_CORRUPTED = 12
+    LINK_DOWN = 13
+    PEER_LINK_ERROR = 14
+    DEVICE_RESET = 15     # not executed: the device was reset while it was queued
 
 
 class Irq(IntEnum):
@@ -84,7 +94,59 @@ LaunchCommand = namedtuple("LaunchCommand", "opcode seq asid kernel args")
 
 Completion = namedtuple("Completion", "device ring seq semaphore value sim_time_ns")
 ErrorRecord = namedtuple("ErrorRecord", "status device ring seq asid unit address sim_time_ns detail")
-TraceEntry = namedtuple("TraceEntry", "device ring seq name engine start_ns end_ns nbytes flops")
+# One executed command, as the firmware booked it. ``seq`` is the driver's global command seq (the
+# correlation id). ``engine`` is the unit class ("dma", "matrix_engine", "vector_engine").
+# ``start_ns``/``end_ns`` span the command's work on its engines (a kernel's launch overhead is
+# NOT inside it: the command processor holds that, [launch_start_ns, launch_end_ns], which ends at
+# or before start_ns; both equal start_ns for copies and fills, which pay no launch). The cost
+# model's terms, fixed when the launch is decoded:
+#   bound    "compute" | "memory" | "latency": the term that limited the cost model's max()
+#            ("latency": fixed latencies (HBM/link latency, DMA setup, pipeline fill) dominate)
+#   cycles   device clock cycles of [start_ns, end_ns] (int)
+#   cores    cores the kernel ran on (0 for a copy: DMA engines only)
+#   tiling   human-readable work split, e.g. "gemm 2x2 cores, 128x128 tiles, 64 tiles"
+#   engines  tuple of lane names it occupied: "dev0.cp" (launch), "dev0.core0.matrix",
+#            "dev0.core1.vector", "dev0.dma2", "dev0.host_link.h2d", "dev0.host_link.d2h",
+#            "dev0-dev1.link" (a link from device 0 to device 1), "dev0.hbm"
+#   dtype    element type name of the command's output (``ELEMENT_NAMES`` values), "" if none
+# Ceilings for a roofline: ``DeviceConfig.peak_flops(engine, dtype)`` and ``.hbm_bytes_per_s``.
+TraceEntry = namedtuple("TraceEntry", "device ring seq name engine start_ns end_ns nbytes flops "
+                                      "bound cycles cores tiling engines dtype launch_start_ns launch_end_ns")
 # An exception the firmware raised while executing a command that is neither a hardware fault
 # nor a kernel argument error: a bug in the emulator. ``traceback`` is the formatted traceback.
 InternalErrorRecord = namedtuple("InternalErrorRecord", "device ring seq asid unit sim_time_ns detail traceback")
+
+
+# What each error status poisons: "context" (sticky for the asid), "stream" (that ring's queued work
+# is aborted until the driver acknowledges), "device" (every ring aborted until a reset).
+STATUS_SCOPE = {
+    Status.INVALID_COMMAND: "context", Status.PAGE_FAULT: "context", Status.BUS_ERROR: "context",
+    Status.KERNEL_FAULT: "context", Status.UNKNOWN_KERNEL: "context",
+    Status.ECC_UNCORRECTABLE: "device", Status.DMA_ERROR: "stream", Status.DMA_TIMEOUT: "stream",
+    Status.ENGINE_HANG: "device", Status.HEARTBEAT_LOST: "device", Status.RING_CORRUPTED: "stream",
+    Status.LINK_DOWN: "device", Status.PEER_LINK_ERROR: "stream", Status.DEVICE_RESET: "device",
+}
+
+# The hardware event behind a status (the fault kind of emulator/faults.py where there is one).
+STATUS_KIND = {
+    Status.INVALID_COMMAND: "invalid_command", Status.PAGE_FAULT: "page_fault", Status.BUS_ERROR: "bus_error",
+    Status.KERNEL_FAULT: "kernel_fault", Status.UNKNOWN_KERNEL: "unknown_kernel",
+    Status.ECC_UNCORRECTABLE: "ecc_uncorrectable", Status.DMA_ERROR: "dma_error", Status.DMA_TIMEOUT: "dma_timeout",
+    Status.ENGINE_HANG: "engine_hang", Status.HEARTBEAT_LOST: "firmware_crash",
+    Status.RING_CORRUPTED: "ring_corruption", Status.LINK_DOWN: "link_down",
+    Status.PEER_LINK_ERROR: "peer_link_error", Status.DEVICE_RESET: "device_reset",
+}
+KIND_STATUS = {kind: status for status, kind in STATUS_KIND.items()}
+
+# Which launch arguments a kernel writes (positions in the argument tuple); a kernel not listed
+# writes its first tensor argument (the library's convention: output first). "all": every tensor
+# argument may be written. A skipped or faulted command poisons what it should have written.
+LAUNCH_WRITES = {
+    "sort": (0, 1), "max_pool2d": (0, 1), "max_pool3d": (0, 1), "adaptive_max_pool3d": (0, 1),
+    "fractional_max_pool": (0, 1), "order_stat": (1, 2), "cum_select": (1, 2),
+    "norm_forward": (0, 4, 5, 8, 9), "norm_backward": (0, 1, 2), "amp_unscale": (0, 1),
+    "amp_update_scale": (0, 1), "fused_adam": (0, 2, 3, 4), "fused_sgd": (0, 2),
+    "unique": "all", "unique_dim": "all", "getrf": "all", "sytrf": "all", "qr": "all", "orgqr": "all",
+    "ormqr": "all", "syevd": "all", "gesdd": "all", "geev": "all", "gels": "all", "lu_unpack": "all",
+    "potrf": "all", "potri": "all", "getrs": "all", "potrs": "all", "sytrs": "all", "trsm": "all",
+}

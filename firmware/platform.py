@@ -15,7 +15,8 @@ from emulator.system import Deadlock
 from firmware import abi
 from firmware.image import FirmwareImage
 from firmware.scheduler import FirmwareInstance
-from firmware.transport import DeviceTransport, HostTransport, WaitNeverSatisfied
+from firmware.transport import DeviceTransport, HostTransport, InvalidRequest, WaitNeverSatisfied
+from emulator.faults import FaultSpec, FaultSpecError
 
 
 class DeviceEndpoint(DeviceTransport):
@@ -107,10 +108,66 @@ class DeviceEndpoint(DeviceTransport):
 
     def clear_context_fault(self, asid: int) -> None:
         """Firmware mailbox: forget a context's fault after the driver reset it."""
-        self.firmware.faulted_asids.pop(asid, None)
+        self.firmware.clear_context_fault(asid)
 
     def configure_trace(self, entries: int) -> None:
         self.firmware.configure_trace(entries)
+
+    def trace_since(self, min_seq: int) -> list:
+        """The newest trace records, oldest first, back to (not including) the first record of a
+        command older than ``min_seq``: every command of a block that began when the device was
+        idle, without copying the whole trace (the profiler's read)."""
+        trace = self.firmware.trace
+        out = []
+        for entry in reversed(trace or ()):
+            if entry.seq < min_seq:
+                break
+            out.append(entry)
+        out.reverse()
+        return out
+
+    # -- faults, health, reset (firmware mailbox) ------------------------------
+    def inject_fault(self, kind: str, trigger: dict) -> int:
+        """Arms a fault (emulator/faults.py) on this device; returns its handle."""
+        try:
+            spec = FaultSpec.build(kind, self.index, **trigger)
+        except (FaultSpecError, TypeError) as err:
+            raise InvalidRequest(str(err)) from err
+        return self.firmware.inject(spec)
+
+    def cancel_fault(self, handle: int) -> bool:
+        return self.firmware.faults.cancel(handle)
+
+    def clear_faults(self) -> None:
+        self.firmware.faults.clear()
+
+    def clear_ring_fault(self, ring_id: int) -> None:
+        self.firmware.clear_ring_fault(ring_id)
+
+    def health(self) -> dict:
+        return self.firmware.health()
+
+    def error_log(self) -> dict:
+        fw = self.firmware
+        return {"errors": list(fw.error_log),
+                "events": [dict(zip(("kind", "device", "engine", "address", "sim_time_ns", "seq", "handle"), e))
+                           for e in fw.events]}
+
+    def take_poisoned_writes(self) -> list:
+        return self.firmware.take_poisoned_writes()
+
+    def take_bad_pages(self) -> list:
+        """Physical pages an uncorrectable ECC error poisoned since the last call."""
+        return self._device.hbm.take_poisoned_pages()
+
+    def begin_reset(self) -> None:
+        """Reset, step 1: abort in-flight work (every queued command skipped, every fence still
+        signalled, no wait left blocked); the host then drains the device."""
+        self.firmware.begin_reset()
+
+    def finish_reset(self) -> None:
+        """Reset, step 2 (after the drain): the firmware and the engines restart clean."""
+        self.firmware.finish_reset()
 
     def telemetry(self) -> dict:
         dev = self._device
@@ -149,8 +206,9 @@ class Platform(HostTransport):
 
 def load_description(preset: str, path: str | None = None) -> SystemConfig:
     """The hardware description of a platform: a TOML file if given, else a named preset.
-    Raises ``ConfigError`` naming the offending field."""
-    return load_file(path) if path else load_preset(preset)
+    A ``[faults]`` table in the file belongs to the runtime (docs/faults.md), not to the
+    hardware, and is skipped. Raises ``ConfigError`` naming the offending field."""
+    return load_file(path, ignore=("faults",)) if path else load_preset(preset)
 
 
 def describe_description(config: SystemConfig) -> dict:

@@ -7,10 +7,17 @@ ring's next command starts. While no other event is due first, a ring books its
 commands ahead of the simulation clock, so a burst costs one DES event. Signals
 write fence semaphores and raise a completion interrupt. Hardware faults and
 kernel argument errors become ``ErrorRecord``s raised as error interrupts; after
-one, the context's later commands are not executed (status ABORTED) but its fences
-are still signalled so the host never waits forever, and the driver reports the
+one, the later commands of its scope (abi.STATUS_SCOPE: the context, the ring, or the
+whole device) are not executed (status ABORTED, their outputs noted as poisoned) but
+fences are still signalled so the host never waits forever, and the driver reports the
 error at the next synchronisation. Any other exception is an emulator bug: an
 ``InternalErrorRecord`` with its traceback, and the ring goes on.
+
+Injected faults (emulator/faults.py) are consulted once per command while one is armed
+(``faults.armed``). The watchdog works in simulated time: a hung engine or a DMA that never
+completes is declared so ``watchdog.timeout_ns`` later; a crashed firmware stalls every ring
+until the watchdog notices the missing heartbeat. ``begin_reset``/``finish_reset`` are the
+firmware's half of the driver's reset sequence.
 """
 from __future__ import annotations
 
@@ -19,7 +26,8 @@ import traceback
 from collections import deque
 from math import prod
 
-from emulator.errors import EmulatorBug, FaultRecord, HardwareFault, KernelArgumentError
+from emulator.errors import EmulatorBug, FaultRecord, HardwareFault, InjectedFault, KernelArgumentError
+from emulator.faults import COPY_HOST, COPY_LOCAL, COPY_PEER, FILL, LAUNCH, FaultInjector
 from emulator.kernels import dtypes
 from emulator.kernels.library import KERNELS, Operand
 from firmware import abi
@@ -63,7 +71,24 @@ class FirmwareInstance:
         self.commands_executed = 0
         self._resolved = LRUCache(_RESOLVED_ENTRIES)  # TensorDescriptor -> (MMU generation, Operand)
         self._launches = LRUCache(_DECODED_ENTRIES)   # (kernel, launch args) -> decoded launch
+        self._costs = LRUCache(_DECODED_ENTRIES)      # (kernel, operand types/shapes/strides) -> Cost
         self._mmu = device.mmu
+        self._launch_timeline = device.launch_timeline   # launch overhead: the command processor's
+        self._hbm_timeline = device.hbm.timeline         # HBM bandwidth, shared by every engine
+        self._clock_ghz = device.config.clock_ghz
+        self._hbm_bytes = 0                              # kernel operand bytes (copies: hbm counters)
+        # Faults (see _ring_process's fault checks and the methods after _record_error).
+        self.faults = FaultInjector(device.index)
+        self.ring_faults: dict[int, abi.ErrorRecord] = {}   # stream scope: ring id -> record
+        self.device_fault: abi.ErrorRecord | None = None     # device scope: needs a reset
+        self.error_log: list = []            # every ErrorRecord (bounded; the first is always kept)
+        self.events: list = []               # every hardware event fired by an injected fault
+        self.poisoned_writes: list = []      # (device, asid, va, seq, record) a skipped/faulted command should have written
+        self.crashed_at: float | None = None
+        self.resets = 0
+        self._aborting = False               # any of faulted_asids, ring_faults, device_fault, crashed_at
+        self._revive = self.env.event()      # rings of a crashed firmware stall on it
+        self._abort_waits = self.env.event() # fires at a reset: blocked WAITs give up
 
     def configure_trace(self, entries: int) -> None:
         """Keeps the last ``entries`` trace records (the newest ones are kept); 0 switches it off."""
@@ -83,6 +108,7 @@ class FirmwareInstance:
         decode_ns = self.device.command_processor.config.decode_ns
         env = self.env
         peek = env.peek
+        faults = self.faults
         # Work booked on an engine whose effect on memory is due at its end: (command, work, end).
         # It completes when the ring's next command may start (nothing can observe memory in
         # between: other rings only see it after a SIGNAL, which this ring executes after completing
@@ -122,16 +148,33 @@ class FirmwareInstance:
             if pending is not None:
                 self._complete(ring, pending)
                 pending = None
+            if self._aborting:  # one check while nothing faulted
+                if self.crashed_at is not None:
+                    yield self._revive  # a dead firmware runs nothing until the watchdog or a reset
+                    now = ring_time = max(now, env.now)
+                if op == _WAIT and self.device_fault is not None:
+                    continue  # a device being aborted waits for nothing: no fence waits forever
+                if op != _SIGNAL and op != _WAIT and self._skip(ring, command):
+                    continue  # ABORTED: skip the work (its outputs are poisoned), keep fences moving
             if op == _SIGNAL or op == _WAIT:
                 if op == _SIGNAL:
                     self._signal(ring, command)
                 else:
                     sems = self.device.peers[command.device].command_processor.semaphores
                     if sems.value(command.semaphore) < command.value:
-                        yield sems.wait(command.semaphore, command.value)
+                        yield sems.wait(command.semaphore, command.value) | self._abort_waits
                 continue
-            if command.asid in self.faulted_asids:
-                continue  # ABORTED: the context is poisoned, skip the work, keep fences moving
+            effect = None
+            if faults.armed:  # one check while no fault is armed
+                try:
+                    effect = yield from self._inject(ring, command, op, now)
+                except Exception as err:  # a bug of the injection itself: reported, the ring goes on
+                    self._report_bug(ring, command, err, env.now)
+                    effect = None
+                if effect is _SKIPPED:
+                    continue
+                if env.now > now:  # the fault took simulated time (a retry, a timeout)
+                    now = ring_time = env.now
             try:
                 # Book the engine (faults in operand translation surface here); the effect on
                 # memory happens when the work ends in simulated time (_complete).
@@ -145,6 +188,8 @@ class FirmwareInstance:
                     raise HardwareFault(FaultRecord("invalid_command", "command_processor", self.device.index,
                                                     None, now, f"invalid opcode {op!r}"))
                 pending = (command, work, end)
+                if effect is not None:
+                    pending = effect(pending, now)
             except (HardwareFault, KernelArgumentError) as fault:  # a device fault: sticky for the context
                 self._record_error(ring, command, fault, now)
             except Exception as err:  # anything else is a bug in the emulator, not the user's fault
@@ -153,10 +198,10 @@ class FirmwareInstance:
     def _complete(self, ring, pending) -> None:
         """Performs booked work's effect on device memory (the Cython kernel runs now)."""
         command, work, end = pending
-        run, operands, label, unit, start, end, nbytes, flops = work
+        run, operands, label, unit, start, end, nbytes, flops, meta = work
         try:
             run(*operands)
-            self._account(ring, command, label, unit, start, end, nbytes, flops)
+            self._account(ring, command, label, unit, start, end, nbytes, flops, meta)
         except (HardwareFault, KernelArgumentError) as fault:
             self._record_error(ring, command, fault, end)
         except Exception as err:
@@ -172,19 +217,275 @@ class FirmwareInstance:
     def _record_error(self, ring, command, err, when: float):
         if isinstance(err, HardwareFault):
             rec = err.record
-            status = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS_ERROR,
-                      "unknown_kernel": abi.Status.UNKNOWN_KERNEL,
-                      "invalid_command": abi.Status.INVALID_COMMAND}.get(
-                rec.kind, abi.Status.KERNEL_FAULT)
+            status = _KIND_STATUS.get(rec.kind, abi.Status.KERNEL_FAULT)
             unit, address, detail = rec.unit, rec.address, rec.detail
         else:  # KernelArgumentError: a kernel rejected its launch arguments
             status, unit, address = abi.Status.KERNEL_FAULT, self._unit_of(command), None
             detail = f"{type(err).__name__}: {err}"
         record = abi.ErrorRecord(status, self.device.index, ring.ring_id, command.seq, command.asid,
                                  unit, address, when, detail)
-        self.faulted_asids[command.asid] = record
+        self._raise_error(ring, command, record)
+
+    def _raise_error(self, ring, command, record) -> None:
+        """Applies ``record``'s scope (context: sticky for the asid; stream: the ring's queued work
+        is aborted until the driver acknowledges; device: every ring until a reset), poisons what the
+        command should have written, logs it and raises the error interrupt."""
+        scope = abi.STATUS_SCOPE.get(record.status, "context")
+        if scope == "device":
+            if self.device_fault is None:
+                self.device_fault = record
+        elif scope == "stream":
+            self.ring_faults.setdefault(ring.ring_id, record)
+        else:
+            self.faulted_asids[command.asid] = record
+        self._aborting = True
+        if command is not None:
+            self._poison(command, record)
+        self._log(record)
         log.info("device %d: %s", self.device.index, record)
         self.device.interrupts.raise_irq(abi.Irq.ERROR, record)
+
+    def _log(self, record) -> None:
+        if len(self.error_log) >= ERROR_LOG_ENTRIES:
+            del self.error_log[1]  # the first error is kept in full, the oldest others go
+        self.error_log.append(record)
+
+    # -- faults: aborted work, injection, watchdog, reset ---------------------
+    def _skip(self, ring, command) -> bool:
+        """True (and the command's outputs poisoned) when its context, ring or device faulted."""
+        record = self.device_fault or self.ring_faults.get(ring.ring_id) or self.faulted_asids.get(command.asid)
+        if record is None:
+            return False
+        self._poison(command, record)
+        return True
+
+    def _poison(self, command, record) -> None:
+        """Notes the device operands ``command`` should have written (the driver marks them)."""
+        for desc in _written(command):
+            if desc.space == _DEVICE:
+                self.poisoned_writes.append((desc.device, desc.asid, desc.address, command.seq, record))
+        if len(self.poisoned_writes) > POISON_ENTRIES:  # the driver collects at each synchronisation
+            del self.poisoned_writes[:len(self.poisoned_writes) - POISON_ENTRIES]
+
+    def _inject(self, ring, command, op, now: float):
+        """Fires an armed fault at this command (a generator: hangs and timeouts take simulated
+        time). Returns _SKIPPED (the fault aborted the command), None, or an effect
+        ``effect(pending, now) -> pending`` applied to the booked work."""
+        faults = self.faults
+        cls, engine, operands = self._describe(command, op)
+        hit = faults.match(cls, engine, now, operands)
+        if hit is None:
+            return self._throttled if faults.clock_factor != 1.0 else None
+        kind, spec = hit.spec.kind, hit.spec
+        va = hit.operand[2] if hit.operand else None
+        physical = self._physical(hit.operand)
+        unit = "dma" if engine == "dma" or kind.startswith("dma") else engine + "_engine"
+        if cls == COPY_HOST and kind.startswith("link"):
+            unit = "host_link"
+        elif cls == COPY_PEER and kind == "peer_link_error":
+            unit = "interconnect"
+        if len(self.events) >= ERROR_LOG_ENTRIES:
+            del self.events[1]  # the first event is always kept
+        self.events.append((kind, self.device.index, unit, va, now, command.seq, hit.handle))
+        log.info("device %d: injected %s at command %d (t=%.0f ns)", self.device.index, kind, command.seq, now)
+        watchdog = self.device.config.watchdog
+        if kind == "ecc_correctable":
+            self.device.hbm.ecc_corrected(physical or 0)
+            return self._throttled if faults.clock_factor != 1.0 else None
+        if kind == "bit_flip":
+            return self._bit_flipper(hit, physical, command)
+        if kind == "thermal_throttle":
+            faults.clock_factor = spec.factor
+            faults.armed = True
+            return self._throttled
+        if kind == "link_flaky":
+            retries = 1 + hit.rng().randrange(3)
+            faults.link_retries += retries
+            return lambda pending, t: self._stretched(pending, t, 1.0 + retries)
+        if kind == "ecc_uncorrectable":
+            if physical is not None:
+                page = self.device.hbm.ecc_uncorrected(physical, self._mmu.page_size)
+                detail = f"uncorrectable ECC error in physical page 0x{page:x} (address 0x{physical:x})"
+            else:
+                detail = "uncorrectable ECC error (no physical address: the operand is not mapped)"
+            unit = "hbm"
+        elif kind == "dma_timeout":
+            yield self.env.timeout(watchdog.timeout_ns)
+            detail = f"DMA transfer did not complete within {watchdog.timeout_ns:.0f} ns"
+        elif kind == "engine_hang":
+            # The engine is stuck: nothing else runs on it until the watchdog declares it hung.
+            timeline = self.device.engine(engine).timeline
+            timeline.hold(timeline.earliest_start(now), watchdog.timeout_ns)
+            yield self.env.timeout(watchdog.timeout_ns)
+            detail = f"{unit} busy for {watchdog.timeout_ns:.0f} ns without completing: the watchdog declared it hung"
+        elif kind == "firmware_crash":
+            detail = yield from self._crash(now, watchdog)
+            unit = "firmware"
+        elif kind == "page_fault":
+            self._mmu.page_faults += 1
+            detail = "injected page fault: the command touched an unmapped address"
+            unit = "mmu"
+        elif kind == "link_down":
+            faults.link_down = True
+            faults.armed = True
+            detail = "the host link is down"
+        elif kind == "ring_corruption":
+            detail = (f"malformed command in ring {ring.ring_id}: opcode field 0x{(op ^ 0xA5) & 0xff:02x} "
+                      f"is no valid opcode")
+            unit = "command_processor"
+        else:  # dma_error, peer_link_error
+            detail = f"{kind.replace('_', ' ')} during the transfer"
+        fault = InjectedFault(FaultRecord(kind, unit, self.device.index, va, self.env.now,
+                                          f"{detail} [injected {kind}, fault handle {hit.handle}]"))
+        self._record_error(ring, command, fault, self.env.now)
+        return _SKIPPED
+
+    def _crash(self, now: float, watchdog):
+        """The firmware stops; the watchdog notices the missing heartbeat. Its detection time is
+        computed, not polled: the last beat, plus the timeout, at the watchdog's next check."""
+        self.crashed_at = now
+        self._aborting = True
+        beat = watchdog.heartbeat_ns
+        last_beat = (now // beat) * beat
+        detect = last_beat + watchdog.timeout_ns
+        detect = -(-detect // beat) * beat
+        if detect <= now:
+            detect = now + beat
+        yield self.env.timeout(detect - now)
+        if self.crashed_at is not None:  # not reset meanwhile
+            self.crashed_at = None
+            if not self._revive.triggered:
+                self._revive.succeed()
+        return (f"firmware heartbeat lost: the last beat was at t={last_beat:.0f} ns, none for "
+                f"{watchdog.timeout_ns:.0f} ns (watchdog timeout); the firmware crashed at t={now:.0f} ns")
+
+    def _describe(self, command, op):
+        """(command class, engine, [(device, asid, va, nbytes)]) for the injector."""
+        if op == _COPY:
+            dst, src = command.dst, command.src
+            if dst.space != _DEVICE or src.space != _DEVICE:
+                cls = COPY_HOST
+            elif dst.device != src.device:
+                cls = COPY_PEER
+            else:
+                cls = COPY_LOCAL
+            return cls, "dma", _operands((dst, src))
+        if op == _FILL:
+            return FILL, "vector", _operands((command.dst,))
+        if op == _LAUNCH:
+            kernel = KERNELS.get(command.kernel) if isinstance(command.kernel, str) else None
+            engine = kernel.engine if kernel is not None else "vector"
+            written = _written(command)
+            rest = [a for a in command.args if type(a) is abi.TensorDescriptor and a not in written]
+            return LAUNCH, engine, _operands((*written, *rest))
+        return None, None, []
+
+    def _physical(self, operand):
+        if operand is None:
+            return None
+        device, asid, va, _ = operand
+        try:
+            return self.device.peers[device].mmu.translate(asid, va, 1)
+        except (HardwareFault, IndexError, KeyError):
+            return None
+
+    def _throttled(self, pending, now: float):
+        return self._stretched(pending, now, 1.0 / self.faults.clock_factor)
+
+    @staticmethod
+    def _stretched(pending, now: float, factor: float):
+        """The work's effect (and the ring's next command) comes ``factor`` times later: a slower
+        clock or retried transfers. The engines' own bookings are not lengthened."""
+        command, work, end = pending
+        return command, work, now + (end - now) * factor
+
+    def _bit_flipper(self, hit, physical, command):
+        """The flip lands in the hit operand: after the command wrote it (an output), or before the
+        command reads it (an input), so the corruption reaches what the command produced."""
+        nbytes = max(hit.operand[3], 1) if hit.operand else 1
+        rng = hit.rng()
+        offset, bit = rng.randrange(nbytes), rng.randrange(8)
+        hbm = self.device.peers[hit.operand[0]].hbm if hit.operand else None
+        written = hit.operand is not None and any(
+            d.space == _DEVICE and d.address == hit.operand[2] for d in _written(command))
+
+        def flip():
+            if hbm is not None and physical is not None:
+                hbm.flip_bit(physical + offset, bit)
+
+        def effect(pending, now):
+            command, work, end = pending
+            run = work[0]
+
+            def run_and_flip(*operands):
+                if not written:
+                    flip()
+                run(*operands)
+                if written:
+                    flip()
+            return command, (run_and_flip, *work[1:]), end
+        return effect
+
+    def inject(self, spec) -> int:
+        return self.faults.arm(spec)
+
+    def health(self) -> dict:
+        """Counters of the device's health (plain values, for the driver's mailbox)."""
+        watchdog = self.device.config.watchdog
+        now = self.env.now
+        alive = self.crashed_at is None
+        last_beat = (now if alive else self.crashed_at) // watchdog.heartbeat_ns * watchdog.heartbeat_ns
+        return {**self.device.hbm.ecc_counters(),
+                "throttled": self.faults.clock_factor != 1.0, "clock_factor": self.faults.clock_factor,
+                "clock_ghz": self.device.config.clock_ghz * self.faults.clock_factor,
+                "link_down": self.faults.link_down, "link_retries": self.faults.link_retries,
+                "firmware_alive": alive, "last_heartbeat_ns": float(last_beat),
+                "needs_reset": self.device_fault is not None, "firmware_resets": self.resets,
+                "faults_armed": self.faults.active(), "errors_logged": len(self.error_log)}
+
+    def begin_reset(self) -> None:
+        """Reset, step 1: abort everything in flight. Every queued command is skipped (its outputs
+        poisoned), every WAIT gives up and every SIGNAL still runs, so no fence waits forever."""
+        if self.device_fault is None:
+            self.device_fault = abi.ErrorRecord(abi.Status.DEVICE_RESET, self.device.index, -1, 0, 0,
+                                                "firmware", None, self.env.now, "aborted by a device reset")
+        self._aborting = True
+        self.crashed_at = None
+        if not self._revive.triggered:
+            self._revive.succeed()
+        if not self._abort_waits.triggered:
+            self._abort_waits.succeed()
+
+    def finish_reset(self) -> None:
+        """Reset, step 2 (after the aborted work drained): the firmware and engines start clean.
+        Armed faults stay armed; the state they left (clock, link) is reset."""
+        self.faulted_asids.clear()
+        self.ring_faults.clear()
+        self.device_fault = None
+        self._aborting = False
+        self.crashed_at = None
+        self._revive = self.env.event()
+        self._abort_waits = self.env.event()
+        self._resolved = LRUCache(_RESOLVED_ENTRIES)
+        self._launches = LRUCache(_DECODED_ENTRIES)
+        self.faults.reset_state()
+        self.resets += 1
+
+    def clear_context_fault(self, asid: int) -> None:
+        self.faulted_asids.pop(asid, None)
+        self._update_aborting()
+
+    def clear_ring_fault(self, ring_id: int) -> None:
+        self.ring_faults.pop(ring_id, None)
+        self._update_aborting()
+
+    def _update_aborting(self) -> None:
+        self._aborting = bool(self.faulted_asids or self.ring_faults or self.device_fault is not None
+                              or self.crashed_at is not None)
+
+    def take_poisoned_writes(self) -> list:
+        writes, self.poisoned_writes = self.poisoned_writes, []
+        return writes
 
     def _report_bug(self, ring, command, err, when: float):
         """An exception that is neither a hardware fault nor a kernel argument error: an emulator
@@ -230,32 +531,60 @@ class FirmwareInstance:
         return [self._resolve(a, unit) if type(a) is abi.TensorDescriptor else a for a in args]
 
     def _book_copy(self, command, now: float):
+        # A copy holds one DMA engine, every link (direction) on its route, and HBM bandwidth for
+        # the bytes it reads and writes on this device, all from the same start.
         dst, src = command.dst, command.src
         dev = self.device
+        hbm = dev.hbm
         nbytes = prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
-        if src.space == abi.MemorySpace.HOST:
-            link, cfg, counter = dev.host_link.to_device, dev.host_link.config, "h2d"
-        elif dst.space == abi.MemorySpace.HOST:
-            link, cfg, counter = dev.host_link.to_host, dev.host_link.config, "d2h"
-        elif dst.device != src.device:
-            link, cfg, counter = dev.interconnect.link, dev.interconnect.config, "p2p"
-        else:
-            link, cfg, counter = None, None, "d2d"
-        if link is None:  # read and write through HBM
-            duration = dev.dma.config.setup_ns + 2 * dev.hbm.transfer_ns(nbytes)
-        else:
-            bandwidth = min(cfg.bandwidth_gb_per_s, dev.hbm.config.bandwidth_gb_per_s)
-            duration = dev.dma.transfer_ns(nbytes, bandwidth, cfg.latency_ns)
-        out = self._resolve(dst, "dma")
+        out = self._resolve(dst, "dma")   # translation faults first: a faulting copy moves nothing
         inp = self._resolve(src, "dma")
-        engine = dev.dma.engines.first_free()
+        if src.space == abi.MemorySpace.HOST:
+            host = dev.host_link
+            links, cfg, counter, lanes = (host.to_device,), host.config, "h2d", (host.lane_h2d,)
+            host.bytes_to_device += nbytes
+            read, written = 0, nbytes
+        elif dst.space == abi.MemorySpace.HOST:
+            host = dev.host_link
+            links, cfg, counter, lanes = (host.to_host,), host.config, "d2h", (host.lane_d2h,)
+            host.bytes_to_host += nbytes
+            read, written = nbytes, 0
+        elif dst.device != src.device:
+            net = dev.interconnect
+            links = net.route(src.device, dst.device)
+            cfg, counter, lanes = net.config, "p2p", tuple(link.name for link in links)
+            net.count(nbytes, links)
+            read, written = nbytes, 0   # this device's HBM; the peer's is written through the link
+        else:
+            links, cfg, counter, lanes = (), None, "d2d", ()
+            read, written = nbytes, nbytes
+        hbm_ns = hbm.stream_ns(read + written)
+        if not links:  # read and write through HBM
+            duration = dev.dma.copy_ns(nbytes, hbm)
+        else:
+            bandwidth = cfg.bandwidth_gb_per_s * getattr(cfg, "links_per_pair", 1)
+            duration = dev.dma.copy_ns(nbytes, hbm, bandwidth, cfg.latency_ns, len(links))
+        hbm.bytes_read += read
+        hbm.bytes_written += written
+        pool = dev.dma.engines
+        engine = pool.first_free()
         start = engine.earliest_start(now)
-        if link is not None:
+        for link in links:
             start = link.earliest_start(start)
+        # HBM is shared with the cores and the other DMA engines: the copy's bytes queue there.
+        hstart = hbm.timeline.free_at if hbm.timeline.free_at > start else start
+        hbm.timeline.hold(hstart, hbm_ns)
+        if hstart + hbm_ns > start + duration - dev.dma.config.setup_ns:
+            duration = hstart + hbm_ns - start + dev.dma.config.setup_ns
+        for link in links:
             link.hold(start, duration)
         end = engine.hold(start, duration)
-
-        return end, (KERNELS["copy"].run, (out, inp), f"memcpy_{counter}", "dma", start, end, nbytes, 0)
+        lane = dev.dma.lane_names[pool.lanes.index(engine)]
+        engines = (lane, *lanes, hbm.lane)
+        fixed = dev.dma.config.setup_ns + (cfg.latency_ns * len(links) if links else hbm.config.latency_ns)
+        bound = "memory" if duration - fixed >= fixed else "latency"
+        meta = ((bound, 0, "", engines, abi.ELEMENT_NAMES.get(int(dst.dtype), "")), start, start)
+        return end, (KERNELS["copy"].run, (out, inp), f"memcpy_{counter}", "dma", start, end, nbytes, 0, meta)
 
     def _book_kernel(self, name, args, now: float):
         # A launch's operands and cost depend only on its arguments and the page tables, so
@@ -270,10 +599,30 @@ class FirmwareInstance:
             decoded = self._decode_launch(name, args, generation)
             if 0 not in args:
                 self._launches.put(key, decoded)
-        _, run, timeline, unit, label, operands, duration, nbytes, flops = decoded
+        _, run, timeline, unit, label, operands, duration, nbytes, flops, launch_ns, hbm_ns, static = decoded
+        if launch_ns:  # the command processor launches the kernel, then the engines run it
+            cp = self._launch_timeline   # (Timeline.hold, inlined: this is the hot path)
+            launch_start = cp.free_at if cp.free_at > now else now
+            now = cp.free_at = launch_start + launch_ns
+            cp.busy_ns += launch_ns
+            cp.jobs += 1
+        else:
+            launch_start = now
         start = timeline.free_at if timeline.free_at > now else now
-        end = timeline.hold(start, duration)
-        return end, (run, operands, label, unit, start, end, nbytes, flops)
+        end = start + duration
+        if hbm_ns:  # its HBM traffic queues behind other streams' and copies' (contention)
+            hbm = self._hbm_timeline
+            hstart = hbm.free_at if hbm.free_at > start else start
+            hbm.free_at = hstart + hbm_ns
+            hbm.busy_ns += hbm_ns
+            hbm.jobs += 1
+            if hstart > start:  # HBM was busy: a memory-bound kernel waits it out, a compute-bound
+                # one needs only its own traffic done by its end
+                end = hstart + duration if static[0] != "compute" else max(end, hstart + hbm_ns)
+        timeline.free_at = end
+        timeline.busy_ns += end - start
+        timeline.jobs += 1
+        return end, (run, operands, label, unit, start, end, nbytes, flops, (static, launch_start, now))
 
     def _decode_launch(self, name, args, generation):
         kernel = KERNELS.get(name)
@@ -281,17 +630,46 @@ class FirmwareInstance:
             raise HardwareFault(_unknown_kernel(self, name))
         unit = kernel.engine + "_engine"
         operands = self._resolve_args(args, unit)
-        duration, nbytes, flops = kernel.cost(self.device, *operands)
-        if name != "fill":
-            duration += self.device.command_processor.config.launch_ns
+        device = self.device
+        # The cost depends on the operands' types, shapes and strides, not on their addresses: a
+        # launch decoded again (new buffers, or page tables changed) reuses it.
+        cost_key = (name, *[(o.dtype, o.shape, o.strides) if type(o) is Operand else (type(o), o)
+                             for o in operands])
+        cost = self._costs.get(cost_key)
+        if cost is None:
+            cost = kernel.cost(device, *operands)
+            self._costs.put(cost_key, cost)
+        launch_ns = device.command_processor.config.launch_ns if name != "fill" else 0.0
         label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
-        return (generation, kernel.run, self.device.engine(kernel.engine).timeline, unit, label,
-                tuple(operands), duration, nbytes, flops)
+        out = next((o for o in operands if type(o) is Operand), None)
+        dtype = dtypes.NAMES.get(out.dtype, "") if out is not None else ""
+        hbm_ns = 0.0 if device.config.scratchpad.operands_resident else device.hbm.stream_ns(cost.nbytes)
+        engines = ((device.launch_lane,) if launch_ns else ()) + tuple(cost.engines)
+        static = (cost.bound, cost.cores, cost.tiling, engines, dtype)
+        return (generation, kernel.run, device.engine(kernel.engine).timeline, unit, label,
+                tuple(operands), cost.ns, cost.nbytes, cost.flops, launch_ns, hbm_ns, static)
 
-    def _account(self, ring, command, name, engine, start, end, nbytes, flops):
+    def byte_counters(self) -> dict:
+        """Bytes moved so far: HBM (kernels' operand traffic, and copies' reads and writes), this
+        device's host link per direction, and the interconnect (every device's traffic)."""
+        dev = self.device
+        return {"hbm_kernel_bytes": self._hbm_bytes, "hbm_copy_read_bytes": dev.hbm.bytes_read,
+                "hbm_copy_written_bytes": dev.hbm.bytes_written,
+                "host_link_h2d_bytes": dev.host_link.bytes_to_device,
+                "host_link_d2h_bytes": dev.host_link.bytes_to_host,
+                "interconnect_bytes": dev.interconnect.bytes_moved,
+                "links": {link.name: link.bytes for link in dev.interconnect.all_links()}}
+
+    def _account(self, ring, command, name, engine, start, end, nbytes, flops, meta=None):
+        # meta: ((bound, cores, tiling, engines, dtype), launch_start_ns, launch_end_ns)
         if self.trace is not None:
-            self.trace.append(_new_tuple(abi.TraceEntry, (self.device.index, ring.ring_id, command.seq, name,
-                                                          engine, start, end, nbytes, flops)))
+            (bound, cores, tiling, engines, dtype), launch_start, launch_end = meta
+            self.trace.append(_new_tuple(abi.TraceEntry, (
+                self.device.index, ring.ring_id, command.seq, name, engine, start, end, nbytes, flops,
+                bound, round((end - start) * self._clock_ghz), cores, tiling, engines, dtype,
+                launch_start, launch_end)))
+        if engine != "dma":
+            self._hbm_bytes += nbytes
         stats = self.kernel_stats.get(name)
         if stats is None:
             stats = self.kernel_stats[name] = KernelStats()
@@ -299,6 +677,49 @@ class FirmwareInstance:
         stats.busy_ns += end - start
         stats.nbytes += nbytes
         stats.flops += flops
+
+
+ERROR_LOG_ENTRIES = 10_000
+POISON_ENTRIES = 100_000
+_SKIPPED = object()  # _inject's answer: the fault aborted the command
+_KIND_STATUS = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS_ERROR,
+                "unknown_kernel": abi.Status.UNKNOWN_KERNEL, "invalid_command": abi.Status.INVALID_COMMAND,
+                "kernel_fault": abi.Status.KERNEL_FAULT, **abi.KIND_STATUS,
+                "firmware_crash": abi.Status.HEARTBEAT_LOST}
+
+
+def _written(command) -> tuple:
+    """The tensor descriptors ``command`` writes (abi.LAUNCH_WRITES for launches)."""
+    op = command[0]
+    if op == _COPY or op == _FILL:
+        return (command.dst,) if type(command.dst) is abi.TensorDescriptor else ()
+    if op != _LAUNCH or not isinstance(command.args, tuple):
+        return ()
+    writes = abi.LAUNCH_WRITES.get(command.kernel) if isinstance(command.kernel, str) else None
+    args = command.args
+    if writes is None:
+        first = next((a for a in args if type(a) is abi.TensorDescriptor), None)
+        return (first,) if first is not None else ()
+    if writes == "all":
+        return tuple(a for a in args if type(a) is abi.TensorDescriptor)
+    return tuple(args[i] for i in writes if i < len(args) and type(args[i]) is abi.TensorDescriptor)
+
+
+def _operands(descs) -> list:
+    """(device, asid, va, nbytes) of each device descriptor."""
+    out = []
+    for d in descs:
+        if type(d) is not abi.TensorDescriptor or d.space != _DEVICE:
+            continue
+        try:
+            span = 1
+            for n, st in zip(d.shape, d.strides):
+                span += (n - 1) * st
+            nbytes = 0 if 0 in d.shape else span * dtypes.ITEMSIZE[d.dtype]
+        except (TypeError, KeyError):
+            nbytes = 0
+        out.append((d.device, d.asid, d.address, nbytes))
+    return out
 
 
 def _unknown_kernel(instance, name):

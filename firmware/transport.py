@@ -25,6 +25,10 @@ class WaitNeverSatisfied(TransportError):
     """A host wait that no queued work can ever satisfy (a fence nobody will signal)."""
 
 
+class InvalidRequest(TransportError):
+    """The device refused a mailbox request (e.g. an unknown fault kind); nothing changed."""
+
+
 class DeviceTransport(ABC):
     """One device as the driver sees it."""
 
@@ -104,6 +108,48 @@ class DeviceTransport(ABC):
 
     @abstractmethod
     def telemetry(self) -> dict: ...
+
+    # -- faults, health, reset (firmware mailbox) --------------------------------
+    # Not abstract: a transport without fault injection raises NotImplementedError, saying so.
+    def inject_fault(self, kind: str, trigger: dict) -> int:
+        """Arms a hardware fault (kinds/triggers: emulator/faults.py); returns its handle.
+        Raises ``InvalidRequest`` for an unknown kind or trigger."""
+        raise NotImplementedError(f"{type(self).__name__} cannot inject faults")
+
+    def cancel_fault(self, handle: int) -> bool:
+        raise NotImplementedError(f"{type(self).__name__} cannot inject faults")
+
+    def clear_faults(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} cannot inject faults")
+
+    def clear_ring_fault(self, ring_id: int) -> None:
+        """Forget a ring's stream-scope fault once the driver reported it."""
+        raise NotImplementedError(f"{type(self).__name__} has no stream-scope faults")
+
+    def health(self) -> dict:
+        """ECC counters, throttle, link and heartbeat state (plain values)."""
+        raise NotImplementedError(f"{type(self).__name__} reports no health counters")
+
+    def error_log(self) -> dict:
+        """{"errors": [ErrorRecord, ...], "events": [hardware event dicts]} since power-on."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no error log")
+
+    def take_poisoned_writes(self) -> list:
+        """(device, asid, va, seq, ErrorRecord) of outputs skipped or faulted commands did not write."""
+        return []
+
+    def take_bad_pages(self) -> list:
+        """Physical pages that had an uncorrectable error (to retire)."""
+        return []
+
+    def begin_reset(self) -> None:
+        """Reset, step 1: aborts in-flight work (every queued command skipped, every fence still
+        signalled, no wait left blocked). The host drains the devices, then calls finish_reset."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reset the device")
+
+    def finish_reset(self) -> None:
+        """Reset, step 2: the firmware and the engines restart clean."""
+        raise NotImplementedError(f"{type(self).__name__} cannot reset the device")
 
 
 class HostTransport(ABC):

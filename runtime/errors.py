@@ -2,11 +2,15 @@
 
 Scopes say what an error poisons:
 - OPERATION: bad argument, out of memory; nothing else is affected.
-- STREAM: a wait that can never complete on a stream.
+- STREAM: a wait that can never complete on a stream (a cyclic wait), or a DMA/link/ring fault
+  that aborted that stream's queued work (reported once; other streams continue).
 - (an emulator bug is OPERATION scope, code INTERNAL: it poisons nothing.)
 - CONTEXT: a page fault or kernel fault; sticky, every later call on that
   device's context fails the same way until ``recover``.
-- DEVICE: the device needs a reset (uncorrectable ECC, lost heartbeat).
+- DEVICE: the device needs a reset (uncorrectable ECC, lost heartbeat, hung engine, link down);
+  ``reset_device`` is the recovery. ``PoisonedDataError`` (operation scope) is raised when a
+  tensor is read whose producing command was skipped or faulted, or that lived on a device that
+  was reset; it is chained to the fault that invalidated the data.
 - JOB: distributed runs (rank/job failures).
 Every device error is chained (``raise ... from``) to the driver error, which
 holds the firmware error record.
@@ -36,6 +40,18 @@ class ErrorCode(IntEnum):
     ILLEGAL_ADDRESS = 700        # MMU page fault
     KERNEL_FAULT = 701
     DEADLOCK = 702
+    ECC_UNCORRECTABLE = 214      # cudaErrorECCUncorrectable's number
+    DMA_ERROR = 710
+    DMA_TIMEOUT = 711
+    ENGINE_HANG = 712            # the watchdog found a hung engine (cudaErrorLaunchTimeout's role)
+    HEARTBEAT_LOST = 713         # the firmware stopped (cudaErrorDevicesUnavailable's role)
+    RING_CORRUPTED = 714
+    LINK_DOWN = 715
+    PEER_LINK_ERROR = 716
+    DEVICE_NEEDS_RESET = 717     # any other device-scope fault
+    POISONED_DATA = 718          # the tensor's producer was skipped or faulted: its data is not valid
+    DEVICE_RESET = 719           # the tensor lived on a device that was reset since
+    NOT_SUPPORTED = 801
     INTERNAL = 999               # a bug in the emulator itself (cudaErrorUnknown's slot)
 
 
@@ -98,3 +114,28 @@ class EmulatorBugError(EmuError):
         super().__init__(message)
         if traceback:  # after the error code and scope, so the traceback reads as it was printed
             self.args = (f"{self.args[0]}\nOriginal traceback (please report it):\n{traceback.rstrip()}",)
+
+
+class DeviceNeedsResetError(EmuError):
+    """A device-scope fault: every call on the device fails until ``reset_device``."""
+    scope = Scope.DEVICE
+    code = ErrorCode.DEVICE_NEEDS_RESET
+
+    def __init__(self, message: str, code: ErrorCode):
+        super().__init__(message, code=code)
+
+
+class StreamFaultError(EmuError):
+    """A stream-scope hardware fault: the stream's queued work was aborted; other streams go on."""
+    scope = Scope.STREAM
+    code = ErrorCode.DMA_ERROR
+
+    def __init__(self, message: str, code: ErrorCode):
+        super().__init__(message, code=code)
+
+
+class PoisonedDataError(EmuError):
+    """The data read was never written (its producing command was skipped or faulted) or was lost
+    in a device reset. ``__cause__`` is the fault that invalidated it."""
+    scope = Scope.OPERATION
+    code = ErrorCode.POISONED_DATA

@@ -11,14 +11,22 @@ import itertools
 import logging
 import threading
 
-from driver import Driver, DriverError, DriverStatus, TensorRef
+from driver import ELEMENT_SIZE, Driver, DriverError, DriverStatus, TensorRef
 from runtime import errors
 from runtime.allocator import CachingAllocator
-from runtime.host_clock import HostClock
+from runtime.host_clock import DEFAULT_INTERRUPT_NS, HostClock
 from runtime.settings import Settings
 from runtime.stream import Event, Stream
 
 log = logging.getLogger("seed.runtime")
+
+
+def _contiguous_strides(shape) -> tuple:
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
 
 
 def translate_driver_error(err: DriverError) -> errors.EmuError:
@@ -32,7 +40,18 @@ def translate_driver_error(err: DriverError) -> errors.EmuError:
     if status == DriverStatus.CONTEXT_FAULTED:
         page_fault = err.record is not None and getattr(err.record.status, "name", "") == "PAGE_FAULT"
         code = errors.ErrorCode.ILLEGAL_ADDRESS if page_fault else errors.ErrorCode.KERNEL_FAULT
-        return errors.DeviceFaultError(f"device fault: {err}", code)
+        return errors.DeviceFaultError(f"device fault ({_reporting_note(err)}): {err}", code)
+    if status == DriverStatus.STREAM_FAULTED:
+        return errors.StreamFaultError(f"stream fault: the stream's queued work was aborted, other streams go "
+                                       f"on ({_reporting_note(err)}): {err}", _fault_code(err))
+    if status == DriverStatus.DEVICE_NEEDS_RESET:
+        return errors.DeviceNeedsResetError(
+            f"device fault, the device needs a reset (torch.emu.reset_device / Runtime.reset_device) "
+            f"({_reporting_note(err)}): {err}", _fault_code(err))
+    if status == DriverStatus.DEVICE_INIT_FAILED:
+        return errors.InitializationError(str(err), scope=errors.Scope.DEVICE)
+    if status == DriverStatus.NOT_SUPPORTED:
+        return errors.EmuError(str(err), code=errors.ErrorCode.NOT_SUPPORTED)
     if status == DriverStatus.INVALID_CONFIGURATION:
         return errors.EmuError(str(err), code=errors.ErrorCode.INVALID_CONFIGURATION)
     if status == DriverStatus.DEADLOCK:
@@ -43,6 +62,29 @@ def translate_driver_error(err: DriverError) -> errors.EmuError:
             f"internal emulator bug, not a device fault (nothing is poisoned, the device stays usable): {err}",
             traceback=getattr(err.record, "traceback", "") or "")
     return errors.InvalidValueError(str(err))
+
+
+_FAULT_CODES = {"PAGE_FAULT": errors.ErrorCode.ILLEGAL_ADDRESS, "ECC_UNCORRECTABLE": errors.ErrorCode.ECC_UNCORRECTABLE,
+                "DMA_ERROR": errors.ErrorCode.DMA_ERROR, "DMA_TIMEOUT": errors.ErrorCode.DMA_TIMEOUT,
+                "ENGINE_HANG": errors.ErrorCode.ENGINE_HANG, "HEARTBEAT_LOST": errors.ErrorCode.HEARTBEAT_LOST,
+                "RING_CORRUPTED": errors.ErrorCode.RING_CORRUPTED, "LINK_DOWN": errors.ErrorCode.LINK_DOWN,
+                "PEER_LINK_ERROR": errors.ErrorCode.PEER_LINK_ERROR}
+
+
+def _fault_code(err: DriverError) -> errors.ErrorCode:
+    name = getattr(getattr(err.record, "status", None), "name", "")
+    return _FAULT_CODES.get(name, errors.ErrorCode.DEVICE_NEEDS_RESET if err.status == DriverStatus.DEVICE_NEEDS_RESET
+                            else errors.ErrorCode.KERNEL_FAULT)
+
+
+def _reporting_note(err: DriverError) -> str:
+    """Where a device fault surfaces, said in its message (the same text at every later call)."""
+    seq = getattr(err, "seq", None)
+    if getattr(err, "launch_blocking", False):
+        return f"raised at the faulting op under EMU_LAUNCH_BLOCKING=1, correlation id {seq}"
+    return (f"reported asynchronously: the faulting command, correlation id {seq}, ran on the device after "
+            f"it was queued, and the fault surfaces at the next synchronising call (and every later call "
+            f"of its scope); set EMU_LAUNCH_BLOCKING=1 to raise it at the faulting op")
 
 
 class DeviceState:
@@ -65,19 +107,26 @@ class Runtime:
             raise translate_driver_error(err) from err
         host = self.config.host
         self.clock = HostClock(host.api_call_ns, host.flops_per_s, host.memory_bandwidth_gb_per_s,
-                               host.fallback_overhead_ns)
+                               host.fallback_overhead_ns,
+                               getattr(host, "interrupt_service_ns", DEFAULT_INTERRUPT_NS))
         try:
             self.driver = Driver(self.config, firmware_image, host_clock=self.clock)
         except DriverError as err:
             raise translate_driver_error(err) from err
         self.lock = self.driver.lock
         self.launch_blocking = self.settings.launch_blocking
+        self.driver.launch_blocking = self.launch_blocking
         self.set_trace_entries(self.settings.trace_entries)
         log.info("emulated system %r powered on: %d x %s, firmware %s", self.config.name,
                  self.driver.device_count, self.config.device.name,
                  ".".join(map(str, self.driver.firmware_versions[0])))
         self._devices: dict[int, DeviceState] = {}
         self._events = itertools.count(1)
+        # (device, allocation address) -> (end, cause, correlation id, why): allocations whose data
+        # is not valid (a skipped/faulted producer, or a device reset). Empty: one check per launch.
+        self._poisoned: dict[tuple[int, int], tuple] = {}
+        self._retired_segments: set[tuple[int, int]] = set()  # (device, segment va) to give back
+        self._arm_configured_faults()
 
     # -- devices ---------------------------------------------------------
     @property
@@ -122,6 +171,10 @@ class Runtime:
     def free(self, device: int, address: int) -> None:
         with self.lock:
             self.device(device).allocator.free(address)
+            if self._poisoned:  # the allocation's data is gone with it: so is its poison
+                self._unpoison(device, address)
+            if self._retired_segments:
+                self._release_retired_segments(device)
 
     def record_stream(self, device: int, address: int, stream_id: int) -> None:
         with self.lock:
@@ -168,6 +221,9 @@ class Runtime:
                         f"{value} (it is at {at}), but no queued work can ever signal it (a wait on an event "
                         f"or fence that nothing will signal?): {err}") from err
                 raise translate_driver_error(err) from err
+            finally:
+                if self.driver.poison_pending:
+                    self._absorb_poisoned()
             self._check(device)
 
     def stream_synchronize(self, stream: Stream) -> None:
@@ -175,6 +231,8 @@ class Runtime:
             self.clock.charge_call()
             self._check(stream.device)
             stream.wait_mark(stream.record_mark())
+            if stream.queue.fault is not None:
+                self._raise_stream_fault(stream)
 
     def stream_query(self, stream: Stream) -> bool:
         with self.lock:
@@ -249,11 +307,15 @@ class Runtime:
         if blocking or self.launch_blocking:
             self.stream_synchronize(stream)
 
-    def memcpy(self, dst: TensorRef, src: TensorRef, stream: Stream, blocking: bool = False) -> None:
-        """Copies between host and device memory, or between devices; same dtype and shape."""
+    def memcpy(self, dst: TensorRef, src: TensorRef, stream: Stream, blocking: bool = False) -> int:
+        """Copies between host and device memory, or between devices; same dtype and shape. Returns
+        the copy command's seq."""
         with self.lock:
             self.clock.charge_call()
             self._check(stream.device)
+            if self._poisoned:
+                self._check_poisoned(stream.device, (src,))
+                self._unpoison_covered(dst, (src,))
             peers = None
             other = [r.device for r in (dst, src) if not r.host and r.device != stream.device]
             if other:
@@ -266,7 +328,7 @@ class Runtime:
                 self.stream_wait_event(stream, before)
                 self.event_destroy(before)
             try:
-                self.driver.submit_copy(stream.queue, dst, src, peer_asids=peers)
+                seq = self.driver.submit_copy(stream.queue, dst, src, peer_asids=peers)
             except DriverError as err:
                 raise translate_driver_error(err) from err
             if other:
@@ -275,40 +337,48 @@ class Runtime:
                 self.stream_wait_event(peer_stream, after)
                 self.event_destroy(after)
             self._after_submit(stream, blocking)
+            if blocking and self._poisoned and not src.host:  # the producer's fault came in meanwhile
+                self._check_poisoned(stream.device, (src,))
+            return seq
 
-    def memset(self, dst: TensorRef, value, stream: Stream) -> None:
-        self._enqueue(stream, self.driver.submit_fill, dst, value)
+    def memset(self, dst: TensorRef, value, stream: Stream) -> int:
+        return self._enqueue(stream, self.driver.submit_fill, dst, value)
 
-    def launch(self, kernel: str, args: tuple, stream: Stream) -> None:
+    def launch(self, kernel: str, args: tuple, stream: Stream) -> int:
         # _enqueue, flattened: this is the hot path of every op.
         with self.lock:
             self.clock.charge_call()
             fault = stream.queue.context.fault
             if fault is not None:
                 raise translate_driver_error(fault) from fault
+            if self._poisoned:
+                if kernel in ("fill", "copy"):  # pure writers of args[0]
+                    self._unpoison_covered(args[0], args[1:])
+                self._check_poisoned(stream.device, args)
             try:
-                self.driver.submit_launch(stream.queue, kernel, args)
+                seq = self.driver.submit_launch(stream.queue, kernel, args)
             except DriverError as err:
                 raise translate_driver_error(err) from err
             stream.dirty = True
             if self.launch_blocking:
                 self.stream_synchronize(stream)
+            return seq  # the driver's command seq: the correlation id of the firmware trace
 
-    def _enqueue(self, stream: Stream, submit, *args) -> None:
+    def _enqueue(self, stream: Stream, submit, *args) -> int:
         with self.lock:
             self.clock.charge_call()
             self._check(stream.device)
             try:
-                submit(stream.queue, *args)
+                seq = submit(stream.queue, *args)
             except DriverError as err:
                 raise translate_driver_error(err) from err
             self._after_submit(stream, False)
+            return seq
 
     # -- recovery and telemetry ------------------------------------------
     def recover(self, device: int, reason: str) -> dict:
-        with self.lock:
-            self.device(device)
-            return self.driver.recover(device, reason)
+        """The former name of ``reset_device`` (kept as its alias)."""
+        return self.reset_device(device, reason)
 
     def charge_host_work(self, flops: float, nbytes: float) -> float:
         """Charges work the host did itself (an op run on the CPU) to the modelled host clock.
@@ -335,6 +405,236 @@ class Runtime:
             data["device_time_ns"] = self.driver.now_ns
             data["api_calls"] = self.clock.api_calls
             return data
+
+    # -- profiling (torch_plugin/profile.py) ----------------------------------
+    def command_trace(self, device: int, min_seq: int = 0) -> list:
+        """The firmware's trace records of ``device`` (``abi.TraceEntry``; the newest
+        ``EMU_TRACE_ENTRIES`` are kept), oldest first. With ``min_seq``: only the newest ones, back
+        to the first record of a command older than it (every command of a block that started on
+        idle devices; the profiler's read, which does not copy the whole trace). A device without
+        a context has none."""
+        if not self.has_context(device):
+            return []
+        with self.lock:
+            if min_seq:
+                return self.driver.trace_since(device, min_seq)
+            return list(self.driver.telemetry(device)["trace"])
+
+    def synchronize_all(self) -> None:
+        """Waits for every stream of every device that has a context."""
+        with self.lock:
+            for index in range(self.device_count):
+                if self.has_context(index):
+                    self.device_synchronize(index)
+
+
+    # -- faults: injection, health, poisoned data, reset -------------------
+    def _arm_configured_faults(self) -> None:
+        """Arms the faults of EMU_FAULTS and of the TOML [faults] section (at power-on)."""
+        for kind, device, trigger in self.settings.faults:
+            try:
+                self.driver.inject_fault(device, kind, trigger)
+            except DriverError as err:
+                raise errors.InvalidValueError(f"EMU_FAULTS / [faults]: {kind} on device {device}: {err}") from err
+
+    def inject_fault(self, device: int, kind: str, **trigger) -> int:
+        """Arms a hardware fault on ``device`` (kinds and triggers: emulator/faults.py); its handle."""
+        with self.lock:
+            try:
+                return self.driver.inject_fault(device, kind, trigger)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+
+    def cancel_fault(self, device: int, handle: int) -> bool:
+        with self.lock:
+            return self.driver.cancel_fault(device, handle)
+
+    def clear_faults(self, device: int | None = None) -> None:
+        with self.lock:
+            for index in range(self.device_count) if device is None else (device,):
+                self.driver.clear_faults(index)
+
+    def health(self, device: int) -> dict:
+        with self.lock:
+            try:
+                data = self.driver.health(device)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            data["poisoned_allocations"] = sum(1 for d, _ in self._poisoned if d == device)
+            return data
+
+    def error_log(self, device: int) -> dict:
+        with self.lock:
+            try:
+                return self.driver.error_log(device)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+
+    def reset_device(self, device: int, reason: str = "user request") -> dict:
+        """The one recovery entry point (safe to call twice): dumps state to the log, aborts in-flight
+        work (every pending fence completes), resets firmware and engines, retires pages that had an
+        uncorrectable error, clears every fault of the device. Afterwards, outputs that skipped or
+        faulted commands did not write raise ``PoisonedDataError`` when read; after a device-scope
+        fault every allocation that lived on the device does."""
+        with self.lock:
+            state = self.device(device)
+            try:
+                dump = self.driver.reset_device(device, reason)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            device_fault = dump.pop("device_fault_error", None)
+            for context, va in dump.pop("retired_mappings", ()):
+                if context is state.context:  # a segment holding a retired page: released once free
+                    self._retired_segments.add((device, va))
+            self._absorb_poisoned()
+            if device_fault is not None:  # memory contents are not trusted after a device-scope fault
+                for block in list(state.allocator._live.values()):
+                    self._poisoned[(device, block.address)] = (block.address + block.size, device_fault,
+                                                               device_fault.seq, "reset")
+            for stream in state.streams.values():
+                stream.dirty = True  # the next synchronisation records a fresh mark
+            log.warning("emu:%d reset (%s)", device, reason)
+            return dump
+
+    def _absorb_poisoned(self) -> None:
+        """Marks the allocations holding outputs that skipped or faulted commands did not write."""
+        for context, va, seq, err in self.driver.collect_poisoned():
+            state = self._devices.get(context.device)
+            if state is None or state.context is not context:
+                continue
+            block = state.allocator._find(va)
+            if block is not None and (context.device, block.address) not in self._poisoned:
+                self._poisoned[(context.device, block.address)] = (block.address + block.size, err, seq, "skipped")
+
+    def _unpoison(self, device: int, address: int) -> None:
+        self._poisoned.pop((device, address), None)
+
+    def _release_retired_segments(self, device: int) -> None:
+        """Gives a segment holding a retired page back to the driver once none of its blocks is in
+        use (the driver keeps the page out of its free list)."""
+        allocator = self._devices[device].allocator
+        if allocator._busy:  # a deleter inside an allocator call: the next free does it
+            return
+        for key in [k for k in self._retired_segments if k[0] == device]:
+            segment = allocator._segments.get(key[1])
+            if segment is None:
+                self._retired_segments.discard(key)
+            elif not segment.first.allocated and not segment.first.pending and segment.first.next is None:
+                allocator.empty_cache()
+                self._retired_segments.discard(key)
+
+    def _unpoison_covered(self, dst, sources) -> None:
+        """A write of a whole poisoned allocation (an upload, a fill) makes its data valid again,
+        unless it reads the same allocation."""
+        if type(dst) is not TensorRef or dst.host or (dst.device, dst.address) not in self._poisoned:
+            return
+        state = self._devices.get(dst.device)
+        block = state.allocator._find(dst.address) if state is not None else None
+        if block is None or block.address != dst.address:
+            return
+        span = 1
+        for n, st in zip(dst.shape, dst.strides):
+            span += (n - 1) * st
+        contiguous = all(st == s for st, s in zip(dst.strides, _contiguous_strides(dst.shape)))
+        if not contiguous or span * ELEMENT_SIZE.get(dst.dtype, 0) < block.requested:
+            return
+        if any(type(r) is TensorRef and not r.host and r.device == dst.device
+               and block.address <= r.address < block.address + block.size for r in sources):
+            return
+        del self._poisoned[(dst.device, block.address)]
+
+    def _check_poisoned(self, device: int, refs) -> None:
+        """Raises PoisonedDataError if an operand in ``refs`` lies in a poisoned allocation."""
+        for ref in refs:
+            if type(ref) is not TensorRef or ref.host:
+                continue
+            for (d, lo), (hi, cause, seq, why) in self._poisoned.items():
+                if d == ref.device and lo <= ref.address < hi:
+                    if why == "reset":
+                        what = (f"it lived on emu:{d} when the device was reset after a device-scope fault "
+                                f"(correlation id {seq}); allocate it again")
+                    else:
+                        what = (f"the command that should have written it (correlation id {seq}) was skipped "
+                                f"or faulted")
+                    raise errors.PoisonedDataError(
+                        f"emu:{d}: the tensor at 0x{ref.address:x} holds no valid data: {what}; cause: "
+                        f"{cause}") from cause
+
+    def _raise_stream_fault(self, stream: Stream) -> None:
+        try:
+            self.driver.check_queue(stream.queue)
+        except DriverError as err:
+            raise translate_driver_error(err) from err
+
+    # -- simulated time across processes (torch_plugin/distributed) ----------
+    def host_time_ns(self) -> float:
+        """The modelled host clock now (ns of simulated time)."""
+        return self.clock.now_ns
+
+    def advance_host_time(self, t_ns: float) -> float:
+        """The host blocks until simulated time ``t_ns`` (a collective that completes then, in every
+        rank's time); the devices advance to it too. A no-op if the host is already past it.
+        Returns the ns waited (counted as a synchronisation wait)."""
+        with self.lock:
+            before = self.clock.now_ns
+            self.clock.wait_until(float(t_ns))
+            self._advance_to_host_time()
+            return self.clock.now_ns - before
+
+    # -- command buffers (torch_plugin/compile: one per compiled graph) -----------
+    # A command recorded into a command buffer costs this fraction of an API call (its descriptor
+    # written into host memory: no per-call validation round trip and no doorbell).
+    COMMAND_ENCODE_FRACTION = 0.1
+
+    def command_buffer(self):
+        """``with rt.command_buffer():`` the runtime calls this thread makes inside the block are
+        recorded into one command buffer: the block costs one API call (its submission) and each
+        command COMMAND_ENCODE_FRACTION of one, instead of one API call per command. Commands
+        still reach the rings in order and a synchronising call inside the block still waits,
+        so results, ordering and faults are unchanged: only the modelled host cost differs.
+        Blocks nest (the outermost one submits); other threads are charged as usual."""
+        return _CommandBuffer(self)
+
+
+class _CommandBuffer:
+    """One thread's open command-buffer block (see Runtime.command_buffer)."""
+    _local = threading.local()
+    _owners: set = set()   # threads inside a block (their runtime calls are recorded)
+
+    def __init__(self, rt: Runtime):
+        self.rt = rt
+
+    def __enter__(self):
+        local, clock = self._local, self.rt.clock
+        depth = getattr(local, "depth", 0)
+        local.depth = depth + 1
+        if depth == 0:
+            with self.rt.lock:
+                clock.charge_call()   # the buffer's submission
+                owners = _CommandBuffer._owners
+                if not owners:        # the clock charges the threads inside a block the encode cost
+                    charge = type(clock).charge_call.__get__(clock)
+                    encode_ns = clock.api_call_ns * Runtime.COMMAND_ENCODE_FRACTION
+
+                    def recorded_charge():
+                        if threading.get_ident() in owners:
+                            clock.now_ns += encode_ns
+                        else:
+                            charge()
+                    clock.charge_call = recorded_charge
+                owners.add(threading.get_ident())
+        return self
+
+    def __exit__(self, *exc):
+        local = self._local
+        local.depth -= 1
+        if local.depth == 0:
+            with self.rt.lock:
+                owners = _CommandBuffer._owners
+                owners.discard(threading.get_ident())
+                if not owners:
+                    self.rt.clock.__dict__.pop("charge_call", None)
+        return False
 
 
 _runtime: Runtime | None = None

@@ -46,6 +46,9 @@ def __getattr__(name: str):
     # ``_initialized`` (torch.cuda's flag); without it, recomputed dropout drew new masks.
     if name == "_initialized":
         return runtime.is_initialized()
+    if name == "faults":  # torch.emu.faults, imported on first use (python -m torch_plugin.faults runs it too)
+        import torch_plugin.faults
+        return torch_plugin.faults
     raise AttributeError(f"module 'torch.emu' has no attribute {name!r}")
 
 
@@ -377,6 +380,14 @@ def telemetry():
     return Telemetry()
 
 
+def profile():
+    """``with torch.emu.profile() as prof:`` profiles the block in projected (modelled) time:
+    ``prof.report()`` (per-op rows, engine utilisation, verdict), ``prof.export_chrome_trace(path)``
+    (Perfetto), ``prof.save_roofline(path)`` (PNG). See docs/profiling.md."""
+    from torch_plugin.profile import Profile
+    return Profile()
+
+
 @raises_torch_errors
 def device_telemetry(device=None) -> dict:
     """The device's own counters: kernel statistics, trace, engine busy time, modelled clocks."""
@@ -384,9 +395,23 @@ def device_telemetry(device=None) -> dict:
 
 
 @raises_torch_errors
-def recover(device=None, reason: str = "user request") -> dict:
-    """Dumps the device's state, drains it and clears its context faults. Safe to call twice."""
-    return runtime.get_runtime().recover(_check_index(_index(device)), reason)
+def reset_device(device=None, reason: str = "user request") -> dict:
+    """The one recovery entry point (safe to call twice): dumps the device's state to the log,
+    aborts its in-flight work (every pending fence completes), resets firmware and engines, retires
+    a page that had an uncorrectable ECC error, and clears every fault. Afterwards a tensor that a
+    skipped or faulted command should have written raises when used, and after a device-scope
+    fault so does every tensor that lived on the device (see docs/faults.md). Returns the dump."""
+    return runtime.get_runtime().reset_device(_check_index(_index(device)), reason)
+
+
+recover = reset_device  # the former name, kept as an alias
+
+
+@raises_torch_errors
+def get_device_health(device=None) -> dict:
+    """The device's health counters: ECC corrected/uncorrected, resets, retired pages, throttle
+    state (``throttled``, ``clock_factor``, ``clock_ghz``), link state, heartbeat."""
+    return runtime.get_runtime().health(_check_index(_index(device)))
 
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -9,6 +9,11 @@ synchronisations (a blocking copy, ``item()``, ``synchronize()``, an event wait:
 each, however many streams it waits for) and host<->device copies (count and bytes).
 Ops and copies of every thread are recorded (backward runs on autograd's worker thread).
 
+The same hooks feed ``torch.emu.profile()`` (torch_plugin/profile.py): each launch, copy
+and fill reports its command seq (the correlation id of the firmware trace) to the op
+records open on its thread and to the observers, and while a profiler is open each op
+record also notes the modelled host clock when it began.
+
 Cost: nothing outside a block. The op wrappers read one module global
 (``registry._observers``); the runtime's launch, memcpy and synchronize methods are
 wrapped on the runtime object only while a block is open. Blocks may nest and overlap;
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from threading import get_ident
 from math import prod
 
 import torch
@@ -27,16 +33,23 @@ from torch_plugin.ops import registry
 
 _SPACE_KEYS = {(True, False): "host_to_device", (False, True): "device_to_host", (False, False): "device_to_device"}
 _KERNEL_OF_COPY = {"host_to_device": "memcpy_h2d", "device_to_host": "memcpy_d2h", "device_to_device": "memcpy_d2d"}
+# The runtime's host clock while a profiler is open (torch_plugin/profile.py), else None: op records
+# then note when (modelled host time) they began and the host work charged so far.
+_profile_clock = None
 
 
 class OpRecord:
     """One op instance while it runs: its name, operands, the kernels it launched, its path."""
-    __slots__ = ("op", "dtypes", "shapes", "kernels", "path")
+    __slots__ = ("op", "dtypes", "shapes", "kernels", "path", "seqs", "t0_ns", "host_work0", "thread")
 
     def __init__(self, op: str, dtypes: tuple, shapes: tuple):
         self.op, self.dtypes, self.shapes = op, dtypes, shapes
         self.kernels: list[str] = []
         self.path: str | None = None
+        self.seqs: list[int] = []       # command seqs it (or an op it ran) submitted
+        # While a profiler is open: the host clock when it began, (ns, flops, bytes) of host work
+        # charged so far, and its thread.
+        self.t0_ns = self.host_work0 = self.thread = None
 
     @classmethod
     def of(cls, op: str, args, kwargs) -> "OpRecord":
@@ -46,8 +59,13 @@ class OpRecord:
                 tensors.append(value)
             elif isinstance(value, (list, tuple)):
                 tensors.extend(v for v in value if isinstance(v, torch.Tensor))
-        return cls(op, tuple(str(t.dtype).removeprefix("torch.") for t in tensors),
-                   tuple(tuple(t.shape) for t in tensors))
+        record = cls(op, tuple(str(t.dtype).removeprefix("torch.") for t in tensors),
+                     tuple(tuple(t.shape) for t in tensors))
+        clock = _profile_clock
+        if clock is not None:
+            record.t0_ns, record.thread = clock.now_ns, get_ident()
+            record.host_work0 = (clock.host_work_ns, clock.host_work_flops, clock.host_work_bytes)
+        return record
 
 
 class Telemetry:
@@ -95,6 +113,12 @@ class Telemetry:
             entry[0] += 1
             entry[1] += nbytes
 
+    def add_command(self, seq: int, name: str, t0_ns: float, t1_ns: float) -> None:
+        """A launch, copy or fill was submitted (the profiler's hook; telemetry keeps kernels per op)."""
+
+    def add_wait(self, name: str, t0_ns: float, t1_ns: float) -> None:
+        """A host synchronisation ran from t0 to t1 (modelled host time; the profiler's hook)."""
+
     # -- results -------------------------------------------------------------------
     def as_dict(self) -> dict:
         """{"ops": [{op, path, dtypes, shapes, count, kernels: {name: launches}}, ...] (most frequent
@@ -141,7 +165,7 @@ class _RuntimeHooks:
     """Wraps the runtime's launch, memcpy and synchronize methods on the runtime object while
     at least one telemetry block is open (instance attributes that shadow the methods; removed
     when the last block closes, so the hot path pays nothing otherwise)."""
-    _METHODS = ("launch", "memcpy", "stream_synchronize", "event_synchronize", "device_synchronize")
+    _METHODS = ("launch", "memcpy", "memset", "stream_synchronize", "event_synchronize", "device_synchronize")
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -166,15 +190,37 @@ class _RuntimeHooks:
 
     def _install(self, rt) -> None:
         cls = type(rt)
-        launch, memcpy = cls.launch.__get__(rt), cls.memcpy.__get__(rt)
+        launch, memcpy, memset = cls.launch.__get__(rt), cls.memcpy.__get__(rt), cls.memset.__get__(rt)
         local = self._local
+        clock = rt.clock
+
+        def note_command(seq, name, t0):
+            # The innermost op record is the one that ends first: the profiler attributes the
+            # command to it (outer records see it too, as their kernels list does).
+            if seq is None:
+                return
+            for record in registry._local.records:
+                record.seqs.append(seq)
+            for observer in registry._observers or ():
+                observer.add_command(seq, name, t0, clock.now_ns)
 
         def hooked_launch(kernel, args, stream):
-            registry.note_kernel(f"{kernel}.{args[0]}" if args and isinstance(args[0], str) else kernel)
-            return launch(kernel, args, stream)
+            name = f"{kernel}.{args[0]}" if args and isinstance(args[0], str) else kernel
+            registry.note_kernel(name)
+            t0 = clock.now_ns
+            seq = launch(kernel, args, stream)
+            note_command(seq, name, t0)
+            return seq
+
+        def hooked_memset(dst, value, stream):
+            t0 = clock.now_ns
+            seq = memset(dst, value, stream)
+            note_command(seq, "fill", t0)
+            return seq
 
         def hooked_memcpy(dst, src, stream, blocking=False):
             direction = _SPACE_KEYS.get((src.host, dst.host))
+            kernel = "memcpy"
             if direction is not None:
                 kernel = _KERNEL_OF_COPY[direction]
                 if direction == "device_to_device" and dst.device != src.device:
@@ -183,24 +229,31 @@ class _RuntimeHooks:
                 nbytes = prod(src.shape) * runtime.ELEMENT_SIZE[src.dtype]
                 for observer in registry._observers or ():
                     observer.add_copy(direction, nbytes)
-            return memcpy(dst, src, stream, blocking)
+            t0 = clock.now_ns
+            seq = memcpy(dst, src, stream, blocking)
+            note_command(seq, kernel, t0)
+            return seq
 
-        def synchronizing(method):
+        def synchronizing(name, method):
             def hooked(*args, **kwargs):
                 depth = getattr(local, "depth", 0)
                 if depth == 0:
                     for observer in registry._observers or ():
                         observer.add_sync()
                 local.depth = depth + 1
+                t0 = clock.now_ns
                 try:
                     return method(*args, **kwargs)
                 finally:
                     local.depth = depth
+                    if depth == 0:
+                        for observer in registry._observers or ():
+                            observer.add_wait(name, t0, clock.now_ns)
             return hooked
 
-        rt.launch, rt.memcpy = hooked_launch, hooked_memcpy
+        rt.launch, rt.memcpy, rt.memset = hooked_launch, hooked_memcpy, hooked_memset
         for name in ("stream_synchronize", "event_synchronize", "device_synchronize"):
-            setattr(rt, name, synchronizing(getattr(cls, name).__get__(rt)))
+            setattr(rt, name, synchronizing(name, getattr(cls, name).__get__(rt)))
 
 
 _runtime_hooks = _RuntimeHooks()

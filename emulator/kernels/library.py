@@ -5,8 +5,12 @@ descriptors to ``Operand``s (host pointers into HBM after MMU translation) and
 asks this table which engine runs the kernel, how long it takes, and then runs
 the functional body, a Cython routine that reads and writes device memory.
 
-The cost model is the roofline of the engine: the larger of compute time on the
-engine and the time to stream the operands through HBM.
+The cost model (``_roofline``): the engine work of the kernel (``Work``: cores, tiles,
+compute time; emulator/matrix_engine.py, emulator/vector_engine.py) against its HBM traffic.
+Kernel fidelity: ``max(compute, memory)`` when it double-buffers through the scratchpad, their
+sum when not; tile fidelity: the tile-level events of emulator/tiles.py. A cost function
+returns a ``Cost``; ``bound`` names the term that limited it. Operands broadcast with stride 0
+are counted at their real (deduplicated) size.
 """
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from typing import Callable, NamedTuple
 
 from emulator.errors import KernelArgumentError
 from emulator.kernels import dtypes
+from emulator.tiles import Work, simulate_tiles
 
 
 class Operand(NamedTuple):
@@ -32,7 +37,26 @@ class Operand(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        return self.numel * dtypes.ITEMSIZE[self.dtype]
+        """Bytes the operand really occupies: a dimension broadcast with stride 0 counts once."""
+        n = 1
+        for extent, stride in zip(self.shape, self.strides):
+            if stride:
+                n *= extent
+            elif not extent:
+                return 0
+        return n * dtypes.ITEMSIZE[self.dtype]
+
+
+class Cost(NamedTuple):
+    """What a kernel costs (a cost function's result)."""
+    ns: float             # modelled duration on its engines (launch overhead not included)
+    nbytes: int           # HBM bytes read + written
+    flops: int
+    bound: str = "compute"   # "compute" | "memory" | "latency": the term that limited max()
+    cycles: int = 0       # ns in device clock cycles
+    cores: int = 1        # cores it ran on
+    tiling: str = ""      # human-readable work split
+    engines: tuple = ()   # lane names it occupies
 
 
 @dataclass(frozen=True)
@@ -40,7 +64,7 @@ class Kernel:
     name: str
     engine: str                          # "vector" | "matrix"
     run: Callable                        # run(*args) on resolved operands
-    cost: Callable                       # cost(device, *args) -> (ns, bytes, flops)
+    cost: Callable                       # cost(device, *args) -> Cost
 
 
 _loaded: dict = {}
@@ -54,8 +78,48 @@ def _module(name: str):
     return module
 
 
-def _roofline(device, compute_ns: float, nbytes: int, flops: int):
-    return max(compute_ns, device.hbm.transfer_ns(nbytes)), nbytes, flops
+def _roofline(device, work: Work, nbytes: int, flops: int, store_bytes: int | None = None) -> Cost:
+    """The kernel's cost from its engine work and its HBM traffic (``store_bytes`` of it written;
+    unknown: a third, as for a binary elementwise op)."""
+    pad = device.config.scratchpad
+    hbm = device.hbm
+    compute = work.ns
+    # The engines read their operands from, and write results to, the scratchpad: its bandwidth
+    # bounds the compute side (it matters when operands are resident, or HBM is very fast).
+    sram = nbytes / (work.cores * pad.bandwidth_bytes_per_cycle * device.config.clock_ghz)
+    sram_bound = sram > compute
+    if sram_bound:
+        tiles = work.tiles_per_core
+        work = work._replace(ns=sram, tile_ns=(sram - work.fill_ns) / tiles)
+        compute = sram
+    if pad.operands_resident or not nbytes:
+        stream = latency = 0.0
+    else:
+        stream, latency = nbytes / hbm.bytes_per_ns, hbm.config.latency_ns
+    store = nbytes // 3 if store_bytes is None else min(store_bytes, nbytes)
+    if device.fidelity == "tile":
+        moved = 0 if pad.operands_resident else nbytes
+        ns = simulate_tiles(work, moved - store if moved else 0, store if moved else 0, hbm.bytes_per_ns,
+                            latency, pad.double_buffering, pad.bytes_per_core)
+    elif pad.double_buffering:
+        # A pipeline over the cores' tiles: compute waits for the first wave of tiles (latency + one
+        # tile per core), the stream hides the later loads' latency and the last tile's compute.
+        # The last load arrives a latency after the loads' stream; only stores can hide it.
+        tiles = work.tiles_per_core
+        loads = stream * (nbytes - store) / nbytes if nbytes else 0.0
+        head = latency + compute + stream / tiles
+        tail = (stream if stream > latency + loads else latency + loads) + compute / tiles
+        ns = head if head > tail else tail
+    else:
+        ns = latency + compute + stream
+    if stream >= compute + latency:
+        bound = "memory"
+    elif latency > compute or work.fixed_ns * 2 > compute:
+        bound = "latency"
+    else:
+        bound = "memory" if sram_bound else "compute"   # scratchpad bandwidth is a memory term
+    engines = work.lanes + (hbm.lane,) if stream else work.lanes
+    return Cost(ns, nbytes, flops, bound, round(ns * device.config.clock_ghz), work.cores, work.tiling, engines)
 
 
 def _vector_cost(cycles_per_group: float, flops_per_element: int = 1):
@@ -63,8 +127,8 @@ def _vector_cost(cycles_per_group: float, flops_per_element: int = 1):
         operands = [a for a in args if isinstance(a, Operand)]
         out = operands[0]
         moved = sum(o.nbytes for o in operands)
-        return _roofline(device, device.vector_engine.elementwise_ns(out.numel, cycles_per_group),
-                         moved, out.numel * flops_per_element)
+        return _roofline(device, device.vector_engine.elementwise(out.numel, cycles_per_group, out.dtype),
+                         moved, out.numel * flops_per_element, out.nbytes)
     return cost
 
 
@@ -171,8 +235,8 @@ def _pointwise_cost(arity: int):
         operands = [out] + [x for x in rest[:arity] if type(x) is Operand]
         moved = sum(o.nbytes for o in operands)
         cycles = pointwise_cycles(op)
-        return _roofline(device, device.vector_engine.elementwise_ns(out.numel, cycles), moved,
-                         out.numel * max(1, int(cycles)))
+        return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), moved,
+                         out.numel * max(1, int(cycles)), out.nbytes)
     return cost
 
 
@@ -198,7 +262,8 @@ def _sum(out: Operand, inp: Operand, dim_mask: int, compute_dtype: int):
 def _sum_cost(device, out: Operand, inp: Operand, dim_mask, compute_dtype):
     # One add per input element on the vector engine; HBM streams the input once and the output once.
     moved = inp.nbytes + out.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(inp.numel, 1.0), moved, inp.numel)
+    return _roofline(device, device.vector_engine.elementwise(inp.numel, 1.0, inp.dtype, "reduce"), moved,
+                     inp.numel, out.nbytes)
 
 
 def _matmul(out: Operand, a: Operand, b: Operand, c: Operand | None, beta: float, alpha: float):
@@ -216,7 +281,7 @@ def _matmul_cost(device, out, a, b, c, beta, alpha):
     M, K = a.shape
     N = b.shape[1]
     moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0)
-    return _roofline(device, device.matrix_engine.gemm_ns(M, N, K), moved, 2 * M * N * K)
+    return _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype), moved, 2 * M * N * K, out.nbytes)
 
 
 def _uniform(out: Operand, seed: int, offset: int, low: float, high: float):
@@ -295,7 +360,7 @@ def _nll_loss_cost(device, *args):
     item = dtypes.ITEMSIZE[inp.dtype]
     moved = n * item + target.nbytes + (n * dtypes.ITEMSIZE[weight.dtype] if weight is not None else 0) \
         + out.nbytes + tw.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(n, 4.0), moved, 2 * n)
+    return _roofline(device, device.vector_engine.elementwise(n, 4.0), moved, 2 * n)
 
 
 def _nll_loss_backward_cost(device, grad_input, grad_output, target, weight, total_weight, *rest):
@@ -303,7 +368,7 @@ def _nll_loss_backward_cost(device, grad_input, grad_output, target, weight, tot
     n = grad_input.shape[0]
     moved = grad_input.nbytes + grad_output.nbytes + target.nbytes + total_weight.nbytes \
         + (n * dtypes.ITEMSIZE[weight.dtype] if weight is not None else 0)
-    return _roofline(device, device.vector_engine.elementwise_ns(grad_input.numel + n, 1.0), moved,
+    return _roofline(device, device.vector_engine.elementwise(grad_input.numel + n, 1.0), moved,
                      grad_input.numel)
 
 
@@ -329,7 +394,8 @@ def _bmm_cost(device, out, a, b, c, beta, alpha):
     batch, M, K = a.shape
     N = b.shape[2]
     moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0)
-    return _roofline(device, batch * device.matrix_engine.gemm_ns(M, N, K), moved, 2 * batch * M * N * K)
+    return _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype, batch, what="bmm"), moved,
+                     2 * batch * M * N * K, out.nbytes)
 
 
 def _addr(out: Operand, c: Operand | None, v1: Operand, v2: Operand, beta, alpha, compute_dtype: int):
@@ -364,7 +430,7 @@ def _reduce_cost(device, op, out: Operand, aux, inp: Operand, dim_mask, compute_
     passes = 2 if op in ("var", "std", "logsumexp") else 1
     moved = passes * inp.nbytes + out.nbytes + (aux.nbytes if aux is not None else 0)
     cycles = _REDUCE_CYCLES.get(op, 1.0)
-    return _roofline(device, device.vector_engine.elementwise_ns(inp.numel, cycles), moved,
+    return _roofline(device, device.vector_engine.elementwise(inp.numel, cycles), moved,
                      int(inp.numel * cycles))
 
 
@@ -383,7 +449,8 @@ def _im2col(col: Operand, x: Operand, *params):
 def _im2col_cost(device, col: Operand, x: Operand, *params):
     # A gather (DMA-like): every column entry is written once, the image is streamed once.
     moved = col.nbytes + x.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(col.numel, 1.0), moved, 0)
+    return _roofline(device, device.vector_engine.elementwise(col.numel, 1.0, col.dtype, "im2col"), moved, 0,
+                     col.nbytes)
 
 
 def _col2im(out: Operand, col: Operand, bias: Operand | None, *params):
@@ -395,7 +462,7 @@ def _col2im(out: Operand, col: Operand, bias: Operand | None, *params):
 def _col2im_cost(device, out: Operand, col: Operand, bias, *params):
     # One add per column entry into the image (held in scratchpad), then the image is written once.
     moved = col.nbytes + out.nbytes + (bias.nbytes if bias is not None else 0)
-    return _roofline(device, device.vector_engine.elementwise_ns(col.numel + out.numel, 1.0), moved, col.numel)
+    return _roofline(device, device.vector_engine.elementwise(col.numel + out.numel, 1.0), moved, col.numel)
 
 
 def _pool_args(op: Operand):
@@ -452,7 +519,7 @@ def _window_cost(reads_per_output):
         operands = [a for a in args if isinstance(a, Operand)]
         moved = sum(o.nbytes for o in operands)
         work = max(o.numel for o in operands) * reads_per_output(*args)
-        return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+        return _roofline(device, device.vector_engine.elementwise(work, 1.0), moved, work)
     return cost
 
 
@@ -505,7 +572,7 @@ def _norm_cost(cycles_per_element: float, flops_per_element: int):
         operands = [a for a in args if isinstance(a, Operand)]
         n = max(o.numel for o in operands)
         moved = sum(_distinct_nbytes(o) for o in operands)
-        return _roofline(device, device.vector_engine.elementwise_ns(n, cycles_per_element), moved,
+        return _roofline(device, device.vector_engine.elementwise(n, cycles_per_element), moved,
                          n * flops_per_element)
     return cost
 
@@ -547,7 +614,7 @@ def _indexed_cost(device, table: Operand, nidx: int, rest):
     indices = [a for a in rest if isinstance(a, Operand)][-nidx:]
     n = indices[0].numel
     moved = 2 * n * dtypes.ITEMSIZE[table.dtype] + sum(o.nbytes for o in indices)
-    return _roofline(device, device.vector_engine.elementwise_ns(n, 3.0), moved, n)
+    return _roofline(device, device.vector_engine.elementwise(n, 3.0), moved, n)
 
 
 def _index_gather_cost(device, out, table, allow_negative, message, nidx, *rest):
@@ -656,7 +723,7 @@ def _sort_cost(device, values, indices, src, dim, descending, algorithm=0):
     n = max(src.shape[dim], 1)
     steps = src.numel * max(1, (n - 1).bit_length())
     moved = src.nbytes + values.nbytes + indices.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 2.0), moved, steps)
 
 
 def _embedding_dense_backward(grad_weight: Operand, grad: Operand, indices: Operand, padding_idx: int,
@@ -671,7 +738,7 @@ def _embedding_dense_backward(grad_weight: Operand, grad: Operand, indices: Oper
 
 def _embedding_backward_cost(device, grad_weight, grad, indices, *rest):
     moved = grad_weight.nbytes * 2 + grad.nbytes + indices.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(grad_weight.numel + grad.numel, 1.0), moved,
+    return _roofline(device, device.vector_engine.elementwise(grad_weight.numel + grad.numel, 1.0), moved,
                      grad.numel)
 
 
@@ -679,7 +746,7 @@ def _data_dependent_cost(device, *args):
     # Reads every element of the inputs once, writes the outputs.
     moved = sum(a.nbytes for a in args if isinstance(a, Operand))
     n = max(a.numel for a in args if isinstance(a, Operand))
-    return _roofline(device, device.vector_engine.elementwise_ns(n, 1.0), moved, 0)
+    return _roofline(device, device.vector_engine.elementwise(n, 1.0), moved, 0)
 
 
 def _nll_loss2d(out: Operand, total_weight: Operand, inp: Operand, target: Operand, weight: Operand | None,
@@ -709,14 +776,14 @@ def _nll_loss2d_cost(device, out, tw, inp, target, weight, *rest):
     n = target.numel
     moved = n * dtypes.ITEMSIZE[inp.dtype] + target.nbytes + out.nbytes + tw.nbytes \
         + (n * dtypes.ITEMSIZE[weight.dtype] if weight is not None else 0)
-    return _roofline(device, device.vector_engine.elementwise_ns(n, 4.0), moved, 2 * n)
+    return _roofline(device, device.vector_engine.elementwise(n, 4.0), moved, 2 * n)
 
 
 def _nll_loss2d_backward_cost(device, grad_input, grad_output, target, weight, total_weight, *rest):
     n = target.numel
     moved = grad_input.nbytes + grad_output.nbytes + target.nbytes + total_weight.nbytes \
         + (n * dtypes.ITEMSIZE[weight.dtype] if weight is not None else 0)
-    return _roofline(device, device.vector_engine.elementwise_ns(grad_input.numel + n, 1.0), moved,
+    return _roofline(device, device.vector_engine.elementwise(grad_input.numel + n, 1.0), moved,
                      grad_input.numel)
 
 
@@ -743,7 +810,7 @@ def _pointwise_loss_cost(device, op, out, x, *rest):
     # (a broadcast operand is counted at the loss's shape: an upper bound).
     operands = [o for o in (out, x) + rest if isinstance(o, Operand)]
     moved = sum(o.nbytes for o in operands)
-    return _roofline(device, device.vector_engine.elementwise_ns(x.numel, 8.0), moved, 6 * x.numel)
+    return _roofline(device, device.vector_engine.elementwise(x.numel, 8.0), moved, 6 * x.numel)
 
 
 # -- wrappers: FFT (fft.pyx)
@@ -772,7 +839,7 @@ def _fft_cost(device, kind, out, inp, dim_mask, last, forward, scale):
         if n > 1:
             flops += 5 * lines_numel * log2(n)
     flops = int(flops)
-    return _roofline(device, device.vector_engine.elementwise_ns(flops, 1.0), inp.nbytes + out.nbytes, flops)
+    return _roofline(device, device.vector_engine.elementwise(flops, 1.0), inp.nbytes + out.nbytes, flops)
 
 
 def _complex_parts(mode: int, out: Operand, a: Operand, b: Operand):
@@ -824,8 +891,9 @@ def _lapack_cost(flops_of):
         count = prod(operands[0].shape[:nb])
         flops = int(count * flops_of(*args))
         edge = max(1, round((flops / max(count, 1) / 2) ** (1 / 3))) if flops else 0
-        ns = count * device.matrix_engine.gemm_ns(edge, edge, edge) / _LAPACK_EFFICIENCY if edge else 0.0
-        return _roofline(device, ns, sum(o.nbytes for o in operands), flops)
+        work = device.matrix_engine.gemm(edge, edge, edge, operands[0].dtype, count, _LAPACK_EFFICIENCY,
+                                         "lapack") if edge else device.matrix_engine.gemm(0, 0, 0)
+        return _roofline(device, work, sum(o.nbytes for o in operands), flops)
     return cost
 
 
@@ -907,7 +975,7 @@ def _order_stat_cost(device, op, values, indices, src, dim_mask, k):
     n = max(1, src.numel // max(values.numel, 1))
     steps = values.numel * (2 * n if op == "kthvalue" else n * max(1, (n - 1).bit_length()))
     moved = src.nbytes + values.nbytes + (indices.nbytes if indices is not None else 0)
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 2.0), moved, steps)
 
 
 def _cum_select(op: str, out: Operand, indices: Operand | None, src: Operand, dim: int):
@@ -920,7 +988,7 @@ def _cum_select_cost(device, op, out, indices, src, dim):
     # One compare-and-select (cummax/cummin) or a log1p(exp()) (logcumsumexp) per element.
     cycles = 18.0 if op == "logcumsumexp" else 2.0
     moved = src.nbytes + out.nbytes + (indices.nbytes if indices is not None else 0)
-    return _roofline(device, device.vector_engine.elementwise_ns(src.numel, cycles), moved, int(src.numel * cycles))
+    return _roofline(device, device.vector_engine.elementwise(src.numel, cycles), moved, int(src.numel * cycles))
 
 
 def _search(out: Operand, values: Operand, seq: Operand, sorter: Operand | None, seq_len: int, common_dtype: int,
@@ -945,7 +1013,7 @@ def _search_cost(device, out, values, seq, sorter, seq_len, common_dtype, right)
     steps = values.numel * max(1, int(seq_len).bit_length()) * (2 if sorter is not None else 1)
     touched = min(seq.nbytes, values.numel * max(1, int(seq_len).bit_length()) * dtypes.ITEMSIZE[seq.dtype])
     moved = values.nbytes + out.nbytes + touched
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 2.0), moved, steps)
 
 
 def _histogram(hist: Operand, inp: Operand, weight: Operand | None, algorithm: int, density: bool, *edges):
@@ -961,7 +1029,7 @@ def _histogram_cost(device, hist, inp, weight, algorithm, density, *edges):
     per = 8.0 if algorithm != 2 else 2.0 * max(1, max(e.numel for e in edges).bit_length())
     moved = inp.nbytes + (weight.nbytes if weight is not None else 0) + hist.nbytes * (3 if density else 1) \
         + sum(e.nbytes for e in edges)
-    return _roofline(device, device.vector_engine.elementwise_ns(inp.numel, per), moved, int(inp.numel * per))
+    return _roofline(device, device.vector_engine.elementwise(inp.numel, per), moved, int(inp.numel * per))
 
 
 def _segment_reduce(out: Operand, data: Operand, lengths: Operand, offsets: bool, op: str, has_initial: bool,
@@ -985,7 +1053,7 @@ def _segment_cost(device, out, data, *rest):
     # One step per data element (prod's backward at zeros costs more; ignored), each operand once.
     moved = sum(o.nbytes for o in (out, data) + rest if isinstance(o, Operand))
     n = max(out.numel, data.numel)
-    return _roofline(device, device.vector_engine.elementwise_ns(n, 2.0), moved, n)
+    return _roofline(device, device.vector_engine.elementwise(n, 2.0), moved, n)
 
 
 
@@ -1020,7 +1088,7 @@ def _multinomial_cost(device, out, probs, seed, offset):
     rows, categories = probs.shape
     steps = 2 * probs.numel + out.numel * (8 + max(1, categories.bit_length()))
     moved = 2 * probs.nbytes + out.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 1.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 1.0), moved, steps)
 
 
 def _logspace(out: Operand, steps: int, start: float, end: float, step: float, base: float, single: bool):
@@ -1040,7 +1108,7 @@ def _hash_xor_cost(device, out, src):
     # output (the extents where out's stride is not 0) is written twice (cleared, then final).
     outputs = prod(n for n, st in zip(out.shape, out.strides) if st != 0)
     moved = src.nbytes + 2 * outputs * 8
-    return _roofline(device, device.vector_engine.elementwise_ns(src.numel + outputs, 2.0), moved, src.numel)
+    return _roofline(device, device.vector_engine.elementwise(src.numel + outputs, 2.0), moved, src.numel)
 
 
 def _isin(out: Operand, elements: Operand, test: Operand, compute_dtype: int, invert: bool):
@@ -1053,7 +1121,7 @@ def _isin_cost(device, out, elements, test, compute_dtype, invert):
     m = max(test.numel, 1)
     steps = m * max(1, (m - 1).bit_length()) + elements.numel * max(1, m.bit_length())
     moved = elements.nbytes + test.nbytes + out.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 2.0), moved, steps)
 
 
 def _nonzero_static(out: Operand, src: Operand, size: int, fill_value: int):
@@ -1085,7 +1153,7 @@ def _unique_dim_cost(device, firsts, inverse, counts, count, src, sort):
     m = max(src.numel // n, 1)
     steps = ((n * max(1, (n - 1).bit_length())) if sort else 0) * m + n * m
     moved = src.nbytes + firsts.nbytes + inverse.nbytes + counts.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 1.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 1.0), moved, steps)
 
 
 def _unique_cost(device, values, inverse, counts, count, src, sort, want_inverse, want_counts):
@@ -1095,7 +1163,7 @@ def _unique_cost(device, values, inverse, counts, count, src, sort, want_inverse
     steps = (n * max(1, (n - 1).bit_length()) if sort else 0) + n
     moved = 2 * src.nbytes + (n * 8 if want_inverse else 0) + (n * 8 if want_counts else 0) + \
         n * dtypes.ITEMSIZE[src.dtype]
-    return _roofline(device, device.vector_engine.elementwise_ns(steps, 2.0), moved, steps)
+    return _roofline(device, device.vector_engine.elementwise(steps, 2.0), moved, steps)
 
 
 
@@ -1170,7 +1238,7 @@ def _grid_sample_cost(device, out: Operand, x: Operand, grid: Operand, ndim: int
     # per output element: 2**ndim corner reads (16 for bicubic, 1 for nearest) and their weights
     reads = 16 if mode == 2 else (1 if mode == 1 else 2 ** ndim)
     moved = out.nbytes + grid.nbytes + min(x.nbytes, out.numel * reads * dtypes.ITEMSIZE[x.dtype])
-    return _roofline(device, device.vector_engine.elementwise_ns(out.numel * reads, 2.0), moved,
+    return _roofline(device, device.vector_engine.elementwise(out.numel * reads, 2.0), moved,
                      out.numel * reads * 2)
 
 
@@ -1190,7 +1258,7 @@ def _pairwise_cost(device, dist: Operand, a: Operand, b: Operand, *rest):
     """Every distance reads its two rows: (pairs x M) differences, 3 vector ops each (sub, abs,
     accumulate), streamed once from HBM."""
     work = dist.numel * a.shape[-1] * 3
-    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), dist.nbytes + a.nbytes + b.nbytes, work)
+    return _roofline(device, device.vector_engine.elementwise(work, 1.0), dist.nbytes + a.nbytes + b.nbytes, work)
 
 
 def _pairwise_backward_cost(device, grad_a: Operand, grad: Operand, dist: Operand, a: Operand, b: Operand, *rest):
@@ -1198,7 +1266,7 @@ def _pairwise_backward_cost(device, grad_a: Operand, grad: Operand, dist: Operan
     condensed = bool(rest[1]) if len(rest) > 1 else False    # pdist: each pair feeds two rows
     work = grad.numel * a.shape[-1] * (2 if condensed else 1) * 5
     moved = grad_a.nbytes + grad.nbytes + dist.nbytes + a.nbytes + b.nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+    return _roofline(device, device.vector_engine.elementwise(work, 1.0), moved, work)
 
 
 def _fractional_max_pool(out: Operand, indices: Operand, x: Operand, samples: Operand, ndim: int, pd: int, ph: int,
@@ -1242,7 +1310,7 @@ def _margin_cost(pairs_per_row):
         x = max(operands, key=lambda o: o.numel)
         n, c = (x.shape + (1, 1))[:2] if len(x.shape) == 2 else (1, x.numel)
         work = n * c * (c if pairs_per_row else 1) * 3
-        return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), sum(o.nbytes for o in operands),
+        return _roofline(device, device.vector_engine.elementwise(work, 1.0), sum(o.nbytes for o in operands),
                          work)
     return cost
 
@@ -1259,7 +1327,7 @@ def _ctc_loss_cost(device, nll: Operand, log_alpha: Operand, log_probs: Operand,
     # the recursion: per (sample, frame, state) 3 loads, 3 exp, 1 log and the adds; a serial chain over frames
     work = log_alpha.numel * 10
     moved = nll.nbytes + log_alpha.nbytes + log_probs.nbytes + targets.nbytes + rest[0].nbytes
-    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+    return _roofline(device, device.vector_engine.elementwise(work, 1.0), moved, work)
 
 
 def _embedding_bag(out: Operand, weight: Operand, indices: Operand, bounds: Operand, psw, mode: int,
@@ -1277,7 +1345,7 @@ def _embedding_bag_cost(device, out: Operand, weight: Operand, indices: Operand,
     row = weight.shape[1] * dtypes.ITEMSIZE[weight.dtype]
     work = indices.numel * weight.shape[1]
     moved = out.nbytes + indices.nbytes + indices.numel * row
-    return _roofline(device, device.vector_engine.elementwise_ns(work, 1.0), moved, work)
+    return _roofline(device, device.vector_engine.elementwise(work, 1.0), moved, work)
 
 
 def _pool3_window(*args):
@@ -1338,7 +1406,7 @@ def _rnn_cell_cost(cycles_per_state: float, flops_per_state: int):
         operands = [a for a in args if isinstance(a, Operand)]
         states = min(o.numel for o in operands if len(o.shape) == 2)
         moved = sum(o.nbytes for o in operands)
-        return _roofline(device, device.vector_engine.elementwise_ns(states, cycles_per_state), moved,
+        return _roofline(device, device.vector_engine.elementwise(states, cycles_per_state), moved,
                          states * flops_per_state)
     return cost
 
@@ -1407,7 +1475,7 @@ def _fused_sgd(param: Operand, grad: Operand, momentum_buffer, lr_tensor, lr: fl
 def _scalar_kernel_cost(device, *args):
     # A handful of scalar loads and stores: the engine's minimum dispatch plus the bytes.
     operands = [a for a in args if isinstance(a, Operand)]
-    return _roofline(device, device.vector_engine.elementwise_ns(1, 4.0), sum(o.nbytes for o in operands), 4)
+    return _roofline(device, device.vector_engine.elementwise(1, 4.0), sum(o.nbytes for o in operands), 4)
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
