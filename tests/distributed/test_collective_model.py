@@ -1,0 +1,109 @@
+"""The collective cost model and the scaling projection (no processes)."""
+import dataclasses
+import json
+
+import pytest
+
+from runtime.settings import Settings
+from torch_plugin.distributed import format_projection, project_data_parallel
+from torch_plugin.distributed.cost_model import CollectiveParams, Topology, collective_cost, ring_bound_ns
+from torch_plugin.distributed.merge_traces import main as merge_main, merge
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def default_config():
+    return Settings(preset="default").load_config()
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_large_all_reduce_bus_bandwidth_is_within_10_percent_of_the_ring_bound(default_config, ranks):
+    topo = Topology.from_config(default_config, devices_per_node=ranks)
+    size = 256 * MiB
+    cost = collective_cost("all_reduce", size, ranks, topo)
+    assert cost.algorithm == "ring"
+    bound = ring_bound_ns(size, ranks, topo.link_bandwidth_gb_per_s)
+    assert bound <= cost.time_ns <= 1.1 * bound
+    assert cost.busbw_gb_per_s == pytest.approx(topo.link_bandwidth_gb_per_s, rel=0.1)
+
+
+def test_doubling_link_bandwidth_roughly_halves_a_large_all_reduce(default_config):
+    ic = default_config.interconnect
+    faster = dataclasses.replace(default_config, interconnect=dataclasses.replace(
+        ic, bandwidth_gb_per_s=2 * ic.bandwidth_gb_per_s))
+    slow = collective_cost("all_reduce", 512 * MiB, 4, Topology.from_config(default_config, 4))
+    fast = collective_cost("all_reduce", 512 * MiB, 4, Topology.from_config(faster, 4))
+    assert fast.time_ns / slow.time_ns == pytest.approx(0.5, rel=0.05)
+
+
+def test_algorithm_is_chosen_by_size_like_nccl(default_config):
+    topo = Topology.from_config(default_config, devices_per_node=64)
+    small = collective_cost("all_reduce", 4096, 64, topo)
+    large = collective_cost("all_reduce", 1 << 30, 64, topo)
+    # small: latency-bound, the tree's log2(n) steps beat the ring's 2(n-1) (direct is capped by
+    # the one-shot buffer and the per-port injection); large: the ring's bandwidth wins.
+    assert small.algorithm in ("tree", "direct") and large.algorithm == "ring"
+    assert set(small.candidates) == {"ring", "tree", "direct"}
+    assert "direct" not in large.candidates  # above direct_max_bytes
+    ring = dataclasses.replace(topo, kind="ring")
+    assert "direct" not in collective_cost("all_reduce", 4096, 8, ring).candidates
+
+
+def test_crossing_nodes_pays_the_node_link(default_config):
+    params = CollectiveParams()
+    one_node = collective_cost("all_reduce", 64 * MiB, 8, Topology.from_config(default_config, 8), params)
+    two_nodes = collective_cost("all_reduce", 64 * MiB, 8, Topology.from_config(default_config, 4), params)
+    assert two_nodes.time_ns > 2 * one_node.time_ns  # 25 GB/s node links against 100 GB/s links
+
+
+def test_bad_input_is_a_clear_error(default_config):
+    topo = Topology.from_config(default_config)
+    with pytest.raises(ValueError, match="unknown collective"):
+        collective_cost("allreduce", 10, 2, topo)
+    with pytest.raises(ValueError, match="ranks"):
+        collective_cost("all_reduce", 10, 0, topo)
+    with pytest.raises(ValueError, match="internode_bandwidth"):
+        CollectiveParams(internode_bandwidth_gb_per_s=0.0)
+
+
+def test_projection_of_a_data_parallel_step(default_config):
+    topo = Topology.from_config(default_config, devices_per_node=8)
+    rows = project_data_parallel(2e6, 100 * MiB, topo, (8, 64, 512), measured_comm_ns=1e5)
+    assert [r["ranks"] for r in rows] == [8, 64, 512] and [r["nodes"] for r in rows] == [1, 8, 64]
+    compute = 2e6 - 1e5
+    for r in rows:
+        assert r["step_ns"] == pytest.approx(compute + r["all_reduce_ns"])  # no overlap by default
+        assert r["step_ns_full_overlap"] == pytest.approx(max(compute, r["all_reduce_ns"]))
+    # 4 buckets of 25 MiB at 8 ranks, each one ring all_reduce
+    per_bucket = collective_cost("all_reduce", 25 * MiB, 8, topo).time_ns
+    assert rows[0]["all_reduce_ns"] == pytest.approx(4 * per_bucket)
+    assert rows[0]["efficiency"] > rows[1]["efficiency"]  # across nodes costs more
+    assert "512" in format_projection(rows)
+    with pytest.raises(ValueError, match="overlap"):
+        project_data_parallel(1e6, 1, topo, overlap=2.0)
+
+
+def test_merge_traces_gives_one_process_lane_per_rank(tmp_path):
+    r0 = {"traceEvents": [{"name": "k", "ph": "X", "pid": 0, "tid": 2, "ts": 1.0, "dur": 2.0},
+                          {"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "emu:0"}}]}
+    r1 = {"traceEvents": [{"name": "k", "ph": "X", "pid": 1, "tid": 2, "ts": 1.5, "dur": 2.0},
+                          {"name": "h", "ph": "X", "pid": 7, "tid": 0, "ts": 0.5, "dur": 1.0}]}
+    paths = []
+    for i, t in enumerate((r0, r1)):
+        paths.append(tmp_path / f"rank{i}.json")
+        paths[-1].write_text(json.dumps(t))
+    out = tmp_path / "merged.json"
+    assert merge_main([str(out)] + [str(p) for p in paths]) == 0
+    events = json.loads(out.read_text())["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1"}
+    work = [e for e in events if e.get("ph") == "X"]
+    assert sorted((e["pid"], e["ts"]) for e in work) == [(0, 1.0), (1, 0.5), (1, 1.5)]
+    # rank 1 had two pids: each became its own named thread of rank 1's lane
+    assert len({e["tid"] for e in work if e["pid"] == 1}) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"events": []}))
+    assert merge_main([str(out), str(bad)]) == 2
+    with pytest.raises(ValueError, match="not a Chrome trace"):
+        merge([{"events": []}])
