@@ -29,6 +29,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_kernels.py
 	$(BIN)/python benchmarks/bench_models.py
 	$(BIN)/python benchmarks/bench_profile.py
+	$(BIN)/python benchmarks/bench_des.py
+	$(BIN)/python benchmarks/bench_collectives.py
 
 clean:
 	rm -rf build *.egg-info emulator/kernels/*.c emulator/kernels/*.so torch_plugin/*.so

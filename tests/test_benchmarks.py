@@ -63,6 +63,31 @@ def test_model_benchmark_runs_and_reports_every_workload():
     assert ("all targets met" in result.stdout) or ("OVER TARGET" in result.stdout)
 
 
+def _run_quick(script, *args, timeout=300):
+    env = dict(os.environ, EMU_PRESET="tiny")
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                            capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_des_benchmark_reports_both_fidelities():
+    out = _run_quick("bench_des.py", "--quick")
+    assert re.search(r"repeated launches\s+[\d,]+\s+[\d,]+\s+\d+\.\d+\s+target >= 50000 at kernel: (ok|UNDER TARGET)", out), out
+    assert re.search(r"steady forward\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+\s+target <= 5x", out), out
+
+
+def test_profile_benchmark_reports_the_overhead_ratio():
+    out = _run_quick("bench_profile.py", "--quick")
+    assert re.search(r"profiling overhead: \d+\.\d+x\s+target <= 1\.3x", out), out
+
+
+def test_collective_benchmark_checks_the_ring_bound():
+    out = _run_quick("bench_collectives.py")
+    assert "ring" in out and "tree" in out and "direct" in out
+    assert "large messages: all within 10% of the ring bound" in out
+
+
 def test_vector_math_fast_path_gives_the_scalar_path_bits():
     """The pointwise kernels' libmvec fast path (speed only) must round exactly like the scalar one."""
     import numpy as np
