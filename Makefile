@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_profile.py
 	$(BIN)/python benchmarks/bench_des.py
 	$(BIN)/python benchmarks/bench_collectives.py
+	$(BIN)/python benchmarks/bench_compile.py
 
 clean:
 	rm -rf build *.egg-info emulator/kernels/*.c emulator/kernels/*.so torch_plugin/*.so

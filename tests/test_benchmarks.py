@@ -88,6 +88,13 @@ def test_collective_benchmark_checks_the_ring_bound():
     assert "large messages: all within 10% of the ring bound" in out
 
 
+def test_compile_benchmark_reports_eager_and_compiled():
+    out = _run_quick("bench_compile.py", "--quick")
+    assert re.search(r"projected end-to-end speedup \d+\.\d+x \(target >= 1\.5x: \w+", out), out
+    assert re.search(r"emulation wall speedup \d+\.\d+x \(target >= 1\.0x: \w+", out), out
+    assert "custom op" in out
+
+
 def test_vector_math_fast_path_gives_the_scalar_path_bits():
     """The pointwise kernels' libmvec fast path (speed only) must round exactly like the scalar one."""
     import numpy as np

@@ -28,6 +28,8 @@ def _register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
         registry.register_all()
+        import torch_plugin.custom_ops  # noqa: F401  (the emu:: custom operators)
+        import torch_plugin.compile  # noqa: F401  (torch.compile backend "emu"; Inductor's refusal)
         if torch.distributed.is_available():
             import torch_plugin.distributed  # noqa: F401  (registers the c10d backend "emu")
         _registered = True

@@ -1478,6 +1478,110 @@ def _scalar_kernel_cost(device, *args):
     return _roofline(device, device.vector_engine.elementwise(1, 4.0), sum(o.nbytes for o in operands), 4)
 
 
+# -- fused kernels (fused.pyx): compiled graphs' elementwise chains and matmul epilogues, and the
+# emu:: custom operators (torch_plugin/compile, torch_plugin/custom_ops.py). A pointwise program is
+# a launch string of postfix tokens: "L<i>" loads input i, "C<float>" pushes a constant, a name
+# (FUSED_OPS) applies that op; e.g. "L0 L1 add C0.5 mul gelu".
+FUSED_OPS = {"neg": 2, "abs": 3, "exp": 4, "log": 5, "sqrt": 6, "rsqrt": 7, "tanh": 8, "sigmoid": 9,
+             "relu": 10, "erf": 11, "reciprocal": 12, "sin": 13, "cos": 14, "log1p": 15, "expm1": 16,
+             "silu": 17, "gelu": 18, "gelu_tanh": 19, "not": 20, "round_f32": 21, "round_f16": 22,
+             "round_bf16": 23, "to_bool": 24, "add": 40, "sub": 41, "mul": 42, "div": 43, "pow": 44,
+             "max": 45, "min": 46, "gt": 47, "lt": 48, "ge": 49, "le": 50, "eq": 51, "ne": 52, "and": 53,
+             "or": 54, "where": 60}
+_FUSED_CYCLES = {"round_f32": 0.0, "round_f16": 0.5, "round_bf16": 0.5, "to_bool": 0.0, "not": 1.0,
+                 "and": 1.0, "or": 1.0, "max": 1.0, "min": 1.0, "where": 1.0}
+
+
+_FUSED_PROGRAMS: dict = {}  # program string -> its parse (a compiled graph launches the same ones)
+
+
+def parse_fused_program(program: str) -> tuple:
+    """(code, consts, vector cycles per element group, flops per element) of a program string."""
+    parsed = _FUSED_PROGRAMS.get(program)
+    if parsed is None:
+        parsed = _FUSED_PROGRAMS[program] = _parse_fused_program(program)
+    return parsed
+
+
+def _parse_fused_program(program: str) -> tuple:
+    code, consts, cycles, flops = [], [], 0.0, 0
+    for token in program.split():
+        head = token[0]
+        if head == "L" and token[1:].isdigit():
+            code += (0, int(token[1:]))
+        elif head == "C":
+            try:
+                consts.append(float(token[1:]))
+            except ValueError:
+                raise KernelArgumentError(f"fused program: bad constant {token!r}") from None
+            code += (1, len(consts) - 1)
+        elif token in FUSED_OPS:
+            code += (FUSED_OPS[token], 0)
+            c = _FUSED_CYCLES.get(token, pointwise_cycles(token))
+            cycles += c
+            flops += max(1, int(c)) if c else 0
+        else:
+            raise KernelArgumentError(f"fused program: unknown token {token!r}")
+    return tuple(code), tuple(consts), max(cycles, 1.0), flops
+
+
+def _fused_pointwise(out: Operand, program: str, *inputs: Operand):
+    code, consts, _, _ = parse_fused_program(program)
+    _module('fused').pointwise_program((out.addr, out.dtype, out.strides),
+                                       [(x.addr, x.dtype, x.strides) for x in inputs], out.shape, code, consts)
+
+
+def _fused_pointwise_cost(device, out: Operand, program: str, *inputs: Operand):
+    # ONE pass over HBM: every operand read once (broadcast ones at their real size), out written once.
+    _, _, cycles, flops = parse_fused_program(program)
+    moved = out.nbytes + sum(x.nbytes for x in inputs)
+    return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), moved,
+                     out.numel * flops, out.nbytes)
+
+
+def _matmul_epilogue(out: Operand, a: Operand, b: Operand, c, beta: float, alpha: float, program: str,
+                     view: Operand, *inputs: Operand):
+    """out (M, N) = beta * c + alpha * a @ b, then the epilogue program over ``view`` (the same
+    memory as ``out``, in the consumer's shape; it is the program's input 0) and ``inputs``."""
+    _matmul(out, a, b, c, beta, alpha)
+    _fused_pointwise(view, program, view, *inputs)
+
+
+def _matmul_epilogue_cost(device, out, a, b, c, beta, alpha, program: str, view, *inputs):
+    # The epilogue runs on the tiles as they drain from the matrix engine: no HBM pass for the
+    # product; its extra operands are read once and its vector work is added (not hidden).
+    M, K = a.shape
+    N = b.shape[1]
+    _, _, cycles, flops = parse_fused_program(program)
+    moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0) + sum(x.nbytes for x in inputs)
+    cost = _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype), moved, 2 * M * N * K, out.nbytes)
+    epilogue_ns = device.vector_engine.elementwise(view.numel, cycles, view.dtype).ns
+    ns = cost.ns + epilogue_ns
+    return cost._replace(ns=ns, flops=cost.flops + view.numel * flops, cycles=round(ns * device.config.clock_ghz))
+
+
+def _fused_add_rms_norm(out: Operand, new_residual: Operand, x: Operand, residual: Operand, weight: Operand,
+                        eps: float):
+    rows = prod(x.shape[:-1])
+    _module('fused').add_rms_norm(out.addr, new_residual.addr, x.addr, residual.addr, x.dtype, weight.addr,
+                                  weight.dtype, rows, x.shape[-1] if x.shape else 1, eps)
+
+
+def _row_normalize(y: Operand, scale: Operand, x: Operand):
+    _module('fused').row_normalize(y.addr, scale.addr, x.addr, x.dtype, x.shape[0], x.shape[1])
+
+
+def _row_kernel_cost(cycles_per_element: float, flops_per_element: int):
+    """A row kernel over contiguous rows: each operand streamed once, a few vector passes per row."""
+    def cost(device, *args):
+        operands = [a for a in args if isinstance(a, Operand)]
+        n = max(o.numel for o in operands)
+        moved = sum(o.nbytes for o in operands)
+        return _roofline(device, device.vector_engine.elementwise(n, cycles_per_element, operands[-1].dtype),
+                         moved, n * flops_per_element, operands[0].nbytes + operands[1].nbytes)
+    return cost
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
@@ -1610,4 +1714,10 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("nll_loss2d_backward", "vector", _nll_loss2d_backward, _nll_loss2d_backward_cost),
     Kernel("pointwise_loss", "vector", _pointwise_loss, _pointwise_loss_cost),
     Kernel("pointwise_loss_backward", "vector", _pointwise_loss_backward, _pointwise_loss_cost),
+    # -- fused kernels (fused.pyx): compiled graphs and the emu:: custom operators
+    Kernel("fused_pointwise", "vector", _fused_pointwise, _fused_pointwise_cost),
+    Kernel("matmul_epilogue", "matrix", _matmul_epilogue, _matmul_epilogue_cost),
+    # add + sum of squares + scale per element (the norm kernels' rate for the statistics pass)
+    Kernel("fused_add_rms_norm", "vector", _fused_add_rms_norm, _row_kernel_cost(4.0, 5)),
+    Kernel("row_normalize", "vector", _row_normalize, _row_kernel_cost(3.0, 3)),
 )}

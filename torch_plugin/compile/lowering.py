@@ -1,0 +1,405 @@
+"""An FX graph (aten level, after aot_autograd and the core-aten decompositions) lowered to a
+device program: a list of steps run in graph order inside one ``Runtime.command_buffer()``:
+every command the graph issues (its fused kernels and the kernels of the ops it runs through the
+dispatcher) is recorded into one command buffer and submitted at once, so the host pays one
+submission plus a small per-command encode cost instead of one API call per launch. Nothing
+synchronises in between (the device runs the commands at the next synchronising call).
+
+Steps:
+  ``fused``     a chain of elementwise ops, ONE ``fused_pointwise`` launch (fusion.py);
+  ``epilogue``  mm/addmm whose only consumer is an elementwise chain over its whole result
+                (bias, activation, residual): ONE ``matmul_epilogue`` launch;
+  ``aten``      any other op, through the dispatcher (its native kernels, or its path as eager).
+
+Buffers: each fused/epilogue result that does not escape the graph (not an output, not viewed
+by one) gets a slot; a slot is reused by a later result of the same dtype once every value
+viewing its buffer is dead (liveness over the graph's order). Every value is dropped after its
+last use, so the caching allocator can reuse its block at once.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+from torch.fx import GraphModule, Node
+
+from torch_plugin.compile import fusion
+from torch_plugin.compile.fusion import value_of
+from torch_plugin.ops import registry
+from torch_plugin.ops._common import broadcast_shape, broadcast_strides, current_stream, device_ref, \
+    empty_like_layout, rt
+
+aten = torch.ops.aten
+_MATMULS = (aten.mm.default, aten.addmm.default)
+_VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
+_EPILOGUE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _resolve(a, env):
+    if type(a) is Node:
+        return env[a]
+    if isinstance(a, (list, tuple)):   # (FX's immutable_list is a list)
+        return [_resolve(x, env) for x in a] if isinstance(a, list) else tuple(_resolve(x, env) for x in a)
+    if isinstance(a, dict):
+        return {k: _resolve(v, env) for k, v in a.items()}
+    return a
+
+
+def _nodes_in(a) -> list:
+    found = []
+    torch.fx.node.map_arg(a, found.append)
+    return found
+
+
+def _is_aliasing(node: Node) -> bool:
+    """Whether the op may return a view of an input (its schema says so)."""
+    if node.target is operator.getitem:
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and any(r.alias_info is not None for r in schema.returns)
+
+
+_MISSING = object()
+
+
+def _begin(op: str, inputs):
+    """A fused kernel is one op instance of the "native" path (op_stats and telemetry see it as
+    ``compiled::fused_pointwise`` / ``compiled::matmul_epilogue``)."""
+    return registry.begin_op(op, tuple(inputs), {}) if registry._observers is not None else None
+
+
+def _end(op: str, record) -> None:
+    registry.count(op, registry.NATIVE)
+    if record is not None:
+        registry.end_op(record, registry.NATIVE)
+
+
+class Step:
+    __slots__ = ("kind", "node", "reads", "fn", "free_after", "slot")
+
+    def __init__(self, kind, node, reads, fn):
+        self.kind, self.node, self.reads, self.fn = kind, node, reads, fn
+        self.free_after: tuple = ()
+        self.slot: int | None = None
+
+
+class DeviceProgram:
+    """The lowered graph: ``program(*inputs)`` runs it (boxed: ``program(list)`` too)."""
+
+    def __init__(self, gm: GraphModule):
+        self.gm = gm
+        self.placeholders: list[Node] = []
+        self.steps: list[Step] = []
+        self.output_args = None
+        self.stats = {"fused_kernels": 0, "fused_ops": 0, "epilogues": 0, "aten_ops": 0, "planned_buffers": 0,
+                      "buffer_slots": 0, "constant_steps": 0}
+        self._lower()
+        self._constants: dict = {}      # step node -> its value, kept from the first run
+        self._find_constants()
+        self._plan()
+        self._first_run = True
+        # aot_autograd calls it with one list of inputs (and lets it clear the list); an instance
+        # attribute, so that the wrappers aot puts around it (functools.wraps) copy it
+        self._boxed_call = True
+
+    # -- lowering -------------------------------------------------------------------
+    def _lower(self):
+        nodes = list(self.gm.graph.nodes)
+        output = next(n for n in nodes if n.op == "output")
+        self.output_args = output.args[0]
+        outputs = set(_nodes_in(self.output_args))
+        exprs: dict[Node, fusion.Expr] = {}
+        inlined: set[Node] = set()
+        for node in nodes:
+            fused = fusion.op_tokens(node)
+            if fused is None:
+                continue
+            operands, tail = fused[0], fused[1]
+
+            def parts_for(inline: bool):
+                parts, taken = [], []
+                for a in operands:
+                    if isinstance(a, Node):
+                        if inline and a in exprs and len(a.users) == 1 and a not in outputs:
+                            parts.append(exprs[a])
+                            taken.append(a)
+                        else:
+                            parts.append(fusion.leaf_expr(a))
+                    else:
+                        parts.append(fusion.const_expr(fusion._constant(a)))
+                return parts, taken
+
+            parts, taken = parts_for(True)
+            expr = fusion.combine(parts, fused, tail)
+            if expr is None:
+                parts, taken = parts_for(False)
+                expr = fusion.combine(parts, fused, tail)
+                if expr is None:
+                    continue
+            exprs[node] = expr
+            inlined.update(taken)
+        # A chain of one op stays an aten op (its own kernel: nothing to fuse), unless it is a
+        # matmul's epilogue. (A consumer that inlined something is a chain of two ops or more.)
+        roots = {n: e for n, e in exprs.items() if n not in inlined}
+        absorbed: set[Node] = set(inlined)
+        epilogues = {}
+        for node, expr in roots.items():
+            found = self._epilogue_of(node, expr, outputs)
+            if found is not None:
+                epilogues[node] = found
+                absorbed.update(found[2])
+        groups = {n: e for n, e in roots.items() if n in epilogues or e.ops >= 2}
+        for node in nodes:
+            if node.op == "placeholder":
+                self.placeholders.append(node)
+            elif node.op == "output" or node in absorbed:
+                continue
+            elif node in epilogues:
+                self.steps.append(self._epilogue_step(node, groups[node], *epilogues[node][:2]))
+            elif node in groups:
+                self.steps.append(self._fused_step(node, groups[node]))
+            elif node.op == "call_function":
+                self.steps.append(self._aten_step(node))
+            elif node.op == "get_attr":
+                value = getattr(self.gm, node.target)
+                self.steps.append(Step("attr", node, (), lambda env, value=value: value))
+            else:
+                raise NotImplementedError(f"emu compile: FX node kind {node.op!r} ({node}) is not supported")
+
+    def _epilogue_of(self, node, expr, outputs):
+        """(matmul node, view node or None, absorbed nodes) when ``node``'s chain is an epilogue."""
+        target = value_of(node)
+        for leaf in expr.leaves:
+            view = None
+            mm = leaf
+            if leaf.op == "call_function" and leaf.target in _VIEWS and isinstance(leaf.args[0], Node):
+                view, mm = leaf, leaf.args[0]
+            if mm.op != "call_function" or mm.target not in _MATMULS or mm in outputs or len(mm.users) != 1:
+                continue
+            if view is not None and (view in outputs or len(view.users) != 1):
+                continue
+            mm_value, leaf_value = value_of(mm), value_of(leaf)
+            if mm_value is None or leaf_value is None or target is None:
+                continue
+            if mm_value.dtype not in _EPILOGUE_DTYPES or target.dtype != mm_value.dtype:
+                continue
+            if tuple(leaf_value.shape) != tuple(target.shape):
+                continue
+            if mm.target is aten.addmm.default and set(mm.kwargs) - {"beta", "alpha"}:
+                continue
+            return mm, view, {mm} | ({view} if view is not None else set())
+        return None
+
+    def _aten_step(self, node):
+        target, args, kwargs = node.target, node.args, node.kwargs
+        reads = tuple(dict.fromkeys(_nodes_in((args, kwargs))))
+        self.stats["aten_ops"] += 1
+        if not kwargs:
+            def run(env):
+                return target(*_resolve(args, env))
+        else:
+            def run(env):
+                return target(*_resolve(args, env), **_resolve(kwargs, env))
+        return Step("aten", node, reads, run)
+
+    def _fused_step(self, node, expr):
+        leaves = tuple(expr.leaves)
+        program = expr.program({leaf: i for i, leaf in enumerate(leaves)})
+        dtype = value_of(node).dtype
+        self.stats["fused_kernels"] += 1
+        self.stats["fused_ops"] += expr.ops
+        step = Step("fused", node, leaves, None)
+
+        def run(env):
+            inputs = [env[leaf] for leaf in leaves]
+            shape = broadcast_shape(*[tuple(t.shape) for t in inputs])
+            device = inputs[0].get_device()
+            out = self._output(step, env, shape, dtype, device, inputs)
+            record = _begin("compiled::fused_pointwise", inputs)
+            if out.numel():
+                rt().launch("fused_pointwise", (device_ref(out), program, *[
+                    device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs]), current_stream(device))
+            _end("compiled::fused_pointwise", record)
+            return out
+        step.fn = run
+        return step
+
+    def _epilogue_step(self, node, expr, mm, view):
+        others = tuple(leaf for leaf in expr.leaves if leaf is not (view if view is not None else mm))
+        product = view if view is not None else mm
+        program = expr.program({leaf: i for i, leaf in enumerate((product, *others))})
+        has_bias = mm.target is aten.addmm.default
+        mm_args = mm.args
+        beta = float(mm.kwargs.get("beta", 1)) if has_bias else 0.0
+        alpha = float(mm.kwargs.get("alpha", 1))
+        view_rest = view.args[1:] if view is not None else ()
+        view_target = view.target if view is not None else None
+        reads = tuple(dict.fromkeys((*_nodes_in(mm_args), *_nodes_in(view_rest), *others)))
+        self.stats["epilogues"] += 1
+        self.stats["fused_ops"] += expr.ops + 1
+        step = Step("epilogue", node, reads, None)
+
+        def run(env):
+            if has_bias:
+                bias, a, b = (env[x] if isinstance(x, Node) else x for x in mm_args)
+            else:
+                (a, b), bias = (env[x] for x in mm_args), None
+            inputs = [env[leaf] for leaf in others]
+            if a.dtype != b.dtype or alpha == 0 or (bias is not None and bias.dtype != a.dtype):
+                return self._epilogue_unfused(env, mm, view, program, inputs)
+            M, N = a.shape[0], b.shape[1]
+            out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+            product_view = view_target(out, *_resolve(view_rest, env)) if view_target is not None else out
+            shape = tuple(product_view.shape)
+            if broadcast_shape(shape, *[tuple(t.shape) for t in inputs]) != shape or out.numel() == 0:
+                return self._epilogue_unfused(env, mm, view, program, inputs)
+            c = None
+            if bias is not None and beta != 0:
+                c = device_ref(bias, (M, N), broadcast_strides(bias, (M, N)))
+            record = _begin("compiled::matmul_epilogue", (a, b, *inputs))
+            rt().launch("matmul_epilogue", (device_ref(out), device_ref(a), device_ref(b), c, beta, alpha, program,
+                                            device_ref(product_view), *[
+                device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs]), current_stream(a.get_device()))
+            _end("compiled::matmul_epilogue", record)
+            return product_view
+        step.fn = run
+        return step
+
+    def _epilogue_unfused(self, env, mm, view, program, inputs):
+        """The same result in two launches (a product the fused kernel cannot take: empty, alpha 0)."""
+        product = mm.target(*_resolve(mm.args, env), **_resolve(mm.kwargs, env))
+        if view is not None:
+            product = view.target(product, *_resolve(view.args[1:], env))
+        shape = broadcast_shape(tuple(product.shape), *[tuple(t.shape) for t in inputs])
+        out = torch.empty(shape, dtype=product.dtype, device=product.device)
+        if out.numel():
+            refs = [device_ref(t, shape, broadcast_strides(t, shape)) for t in (product, *inputs)]
+            rt().launch("fused_pointwise", (device_ref(out), program, *refs), current_stream(out.get_device()))
+        return out
+
+    # -- constants -------------------------------------------------------------------------
+    def _find_constants(self):
+        """Steps whose value depends on no graph input (a causal mask built from arange, a
+        constant filled with ones): computed in the first run and kept, unless the value (or a
+        view of it) leaves the graph, where the caller could mutate it. Random ops never are."""
+        constant: set[Node] = set()
+        for step in self.steps:
+            node = step.node
+            target = node.target
+            if step.kind == "attr" or node.op != "call_function":
+                continue
+            if any(r not in constant for r in step.reads):
+                continue
+            schema = getattr(target, "_schema", None)
+            if schema is None or schema.is_mutable or torch.Tag.nondeterministic_seeded in getattr(target, "tags", ()):
+                continue
+            constant.add(node)
+        escaping = list(_nodes_in(self.output_args))
+        while escaping:   # an output and everything it views
+            node = escaping.pop()
+            if node in constant:
+                constant.discard(node)
+                step = next(s for s in self.steps if s.node is node)
+                if step.kind == "aten" and _is_aliasing(node):
+                    escaping.extend(step.reads)
+        for step in self.steps:
+            if step.node in constant:
+                step.kind = "constant_" + step.kind
+        self.stats["constant_steps"] = len(constant)
+
+    # -- buffers -----------------------------------------------------------------------
+    def _plan(self):
+        """Liveness: each value is dropped after the last step that reads it; fused results that
+        do not escape share slots (one per dtype at a time)."""
+        index = {step.node: i for i, step in enumerate(self.steps)}
+        last_use: dict[Node, int] = {}
+        for i, step in enumerate(self.steps):
+            for r in step.reads:
+                last_use[r] = i
+        outputs = set(_nodes_in(self.output_args))
+        # roots: the planned buffer a value views (views follow their first tensor input)
+        root: dict[Node, Node] = {}
+        for step in self.steps:
+            if step.kind in ("fused", "epilogue"):
+                root[step.node] = step.node
+            elif step.kind == "aten" and _is_aliasing(step.node):
+                for r in step.reads:
+                    if r in root:
+                        root[step.node] = root[r]
+                        break
+        end: dict[Node, int] = {}
+        escapes: set[Node] = set()
+        for value, r in root.items():
+            end[r] = max(end.get(r, -1), last_use.get(value, index.get(value, -1)))
+            if value in outputs:
+                escapes.add(r)
+        free_slots: dict[tuple, list[int]] = {}
+        busy: list[tuple[int, int, tuple]] = []   # (end step, slot, key)
+        n_slots = 0
+        for i, step in enumerate(self.steps):
+            still = []
+            for e, slot, key in busy:
+                if e < i:
+                    free_slots.setdefault(key, []).append(slot)
+                else:
+                    still.append((e, slot, key))
+            busy = still
+            if step.kind != "fused" or step.node in escapes or step.node not in end:
+                continue
+            key = (value_of(step.node).dtype,)
+            if free_slots.get(key):
+                step.slot = free_slots[key].pop()
+            else:
+                step.slot, n_slots = n_slots, n_slots + 1
+            busy.append((end[step.node], step.slot, key))
+            self.stats["planned_buffers"] += 1
+        self.stats["buffer_slots"] = n_slots
+        for i, step in enumerate(self.steps):
+            step.free_after = tuple(r for r in step.reads if last_use.get(r) == i and r not in outputs)
+
+    def _output(self, step, env, shape, dtype, device, inputs):
+        if step.slot is None:
+            return empty_like_layout(shape, dtype, device, *inputs)
+        slots = env["__slots__"]
+        n = 1
+        for s in shape:
+            n *= s
+        buffer = slots.get(step.slot)
+        if buffer is None or buffer.numel() < n:
+            buffer = slots[step.slot] = torch.empty((max(n, 1),), dtype=dtype, device=torch.device("emu", device))
+        return buffer[:n].view(shape)
+
+    # -- running ---------------------------------------------------------------------
+
+    def __call__(self, *args):
+        # boxed (one list, which the program may clear) or unboxed (aot's backward may call it
+        # so); a graph input is never a list
+        if len(args) == 1 and type(args[0]) is list:
+            return self.run(args[0])
+        return self.run(list(args))
+
+    def run(self, args: list):
+        env = {"__slots__": {}}
+        for node, value in zip(self.placeholders, args):
+            env[node] = value
+        args.clear()  # boxed calling convention: the program owns its inputs now
+        first = self._first_run
+        if first:
+            before = sum(registry.op_stats()[registry.HOST_FALLBACK].values())
+        with rt().command_buffer():   # the graph's commands: one command buffer, submitted at once
+            for step in self.steps:
+                if step.kind.startswith("constant_"):
+                    value = self._constants.get(step.node, _MISSING)
+                    if value is _MISSING:
+                        value = self._constants[step.node] = step.fn(env)
+                    env[step.node] = value
+                else:
+                    env[step.node] = step.fn(env)
+                for r in step.free_after:
+                    del env[r]
+        if first:
+            self._first_run = False
+            from torch_plugin.compile import stats
+            stats.note_outside_program(sum(registry.op_stats()[registry.HOST_FALLBACK].values()) - before)
+        return _resolve(self.output_args, env) if not isinstance(self.output_args, (list, tuple)) else \
+            [_resolve(a, env) for a in self.output_args]
