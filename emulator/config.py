@@ -91,6 +91,12 @@ class InterconnectConfig(_Validated):
                           choices=("fully_connected", "ring", "switch"))
     links_per_pair: int = param(1, "1", "parallel links between two connected devices (bandwidth adds up)",
                                 minimum=1)
+    devices_per_node: int = param(0, "1", "devices per node of a multi-node job; the links above join the "
+                                          "devices of one node, the internode link joins nodes (0: taken from "
+                                          "the job, torchrun's LOCAL_WORLD_SIZE, else num_devices)", minimum=0)
+    internode_bandwidth_gb_per_s: float = param(25.0, "GB/s", "bandwidth of the network link between two nodes, "
+                                                              "per direction", minimum=0.001)
+    internode_latency_ns: float = param(5000.0, "ns", "latency of the network link between two nodes", minimum=0.0)
 
 
 def _rate(default: float, what: str):

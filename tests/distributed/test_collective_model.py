@@ -107,3 +107,21 @@ def test_merge_traces_gives_one_process_lane_per_rank(tmp_path):
     assert merge_main([str(out), str(bad)]) == 2
     with pytest.raises(ValueError, match="not a Chrome trace"):
         merge([{"events": []}])
+
+
+def test_node_fields_of_the_hardware_description_reach_the_model(default_config):
+    # interconnect.devices_per_node and the internode link: a 4-rank group over 2-device nodes pays
+    # the network link, and a slower network makes the large all_reduce slower in proportion.
+    ic = default_config.interconnect
+    nodes = dataclasses.replace(default_config, interconnect=dataclasses.replace(
+        ic, devices_per_node=2, internode_bandwidth_gb_per_s=10.0, internode_latency_ns=8000.0))
+    topo = Topology.from_config(nodes)
+    assert (topo.devices_per_node, topo.internode_bandwidth_gb_per_s, topo.internode_latency_ns) == (2, 10.0, 8000.0)
+    one_node = collective_cost("all_reduce", 256 * MiB, 2, topo)
+    spanning = collective_cost("all_reduce", 256 * MiB, 4, topo)
+    assert spanning.busbw_gb_per_s == pytest.approx(10.0, rel=0.1)      # the network link limits it
+    assert one_node.busbw_gb_per_s == pytest.approx(ic.bandwidth_gb_per_s, rel=0.1)
+    slower = dataclasses.replace(nodes, interconnect=dataclasses.replace(nodes.interconnect,
+                                                                         internode_bandwidth_gb_per_s=5.0))
+    ratio = collective_cost("all_reduce", 256 * MiB, 4, Topology.from_config(slower)).time_ns / spanning.time_ns
+    assert ratio == pytest.approx(2.0, rel=0.05)
