@@ -350,6 +350,19 @@ def reset_op_stats() -> None:
     registry.reset_op_stats()
 
 
+def compile_stats() -> dict:
+    """Counters of compiled execution (``torch.compile(backend="emu")``) since start or
+    reset_compile_stats(): graphs compiled, recompiles, graph breaks, fused kernels and ops, ops
+    run outside the device program, ... (see docs/compile.md)."""
+    from torch_plugin.compile import stats
+    return stats.compile_stats()
+
+
+def reset_compile_stats() -> None:
+    from torch_plugin.compile import stats
+    stats.reset_compile_stats()
+
+
 def host_fallback(policy: str):
     """``with torch.emu.host_fallback("forbid"):`` (or "allow", "warn") sets the host fallback policy
     for the block; blocks nest. Under "forbid" an op without a device path raises

@@ -21,6 +21,7 @@ each sees everything that ran while it was open.
 """
 from __future__ import annotations
 
+import sys
 import threading
 from collections import Counter
 from threading import get_ident
@@ -68,8 +69,22 @@ class OpRecord:
         return record
 
 
+COMPILE_COUNTERS = ("graphs_compiled", "recompiles", "graph_breaks", "outside_program")
+
+
+def _compile_counters() -> dict:
+    """The compiled-execution counters (torch_plugin.compile.compile_stats()) that telemetry
+    reports; all zero while nothing was compiled (dynamo is not even imported then)."""
+    if "torch._dynamo" not in sys.modules or "torch_plugin.compile.stats" not in sys.modules:
+        return dict.fromkeys(COMPILE_COUNTERS, 0)
+    from torch_plugin.compile.stats import compile_stats
+    stats = compile_stats()
+    return {key: stats[key] for key in COMPILE_COUNTERS}
+
+
 class Telemetry:
-    """Records the ops, paths, kernels, synchronisations and copies of a ``with`` block."""
+    """Records the ops, paths, kernels, synchronisations and copies of a ``with`` block, and the
+    graphs compiled, recompiles, graph breaks and ops run outside a compiled device program."""
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -77,17 +92,21 @@ class Telemetry:
         self._syncs = 0
         self._copies = {key: [0, 0] for key in _SPACE_KEYS.values()}
         self._open = False
+        self._compile_start = dict.fromkeys(COMPILE_COUNTERS, 0)
+        self._compile_end: dict | None = None
 
     # -- the block -------------------------------------------------------------
     def __enter__(self) -> "Telemetry":
         if self._open:
             raise RuntimeError("torch.emu.telemetry(): this block is already open")
         self._open = True
+        self._compile_start, self._compile_end = _compile_counters(), None
         _runtime_hooks.acquire(runtime.get_runtime())
         registry.add_observer(self)
         return self
 
     def __exit__(self, *exc) -> bool:
+        self._compile_end = _compile_counters()
         registry.remove_observer(self)
         _runtime_hooks.release()
         self._open = False
@@ -123,7 +142,8 @@ class Telemetry:
     def as_dict(self) -> dict:
         """{"ops": [{op, path, dtypes, shapes, count, kernels: {name: launches}}, ...] (most frequent
         first), "paths": {path: {op: count}} (op_stats()'s layout), "syncs": n,
-        "copies": {"host_to_device" | "device_to_host" | "device_to_device": {"count", "bytes"}}}."""
+        "copies": {"host_to_device" | "device_to_host" | "device_to_device": {"count", "bytes"}},
+        "compiled": {graphs_compiled, recompiles, graph_breaks, outside_program} during the block}."""
         with self._lock:
             ops = [{"op": op, "path": path, "dtypes": list(dtypes), "shapes": [list(s) for s in shapes],
                     "count": count, "kernels": dict(kernels)}
@@ -134,7 +154,9 @@ class Telemetry:
             copies = {key: {"count": n, "bytes": b} for key, (n, b) in self._copies.items()}
             syncs = self._syncs
         ops.sort(key=lambda row: (-row["count"], row["op"], row["path"]))
-        return {"ops": ops, "paths": paths, "syncs": syncs, "copies": copies}
+        end = self._compile_end if self._compile_end is not None else _compile_counters()
+        compiled = {key: end[key] - self._compile_start[key] for key in COMPILE_COUNTERS}
+        return {"ops": ops, "paths": paths, "syncs": syncs, "copies": copies, "compiled": compiled}
 
     def summary(self) -> str:
         """A table for people: one line per (op, path, dtypes, shapes), then the totals."""
@@ -154,6 +176,10 @@ class Telemetry:
         lines.append(f"host synchronisations: {data['syncs']}")
         lines.append("copies: " + ", ".join(f"{key.replace('_', ' ')} {c['count']} ({c['bytes']} bytes)"
                                             for key, c in copies.items()))
+        c = data["compiled"]
+        if any(c.values()):
+            lines.append(f"compiled graphs: {c['graphs_compiled']} (recompiles {c['recompiles']}, graph breaks "
+                         f"{c['graph_breaks']}, op instances outside the device program {c['outside_program']})")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

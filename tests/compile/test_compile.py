@@ -277,3 +277,29 @@ def test_every_fusible_op_kind_matches_eager(fresh_dynamo):
         torch.testing.assert_close(got.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
     stats = compile_stats()
     assert stats["fused_kernels"] == 3 and stats["fused_ops"] >= 40 and stats["aten_ops"] <= 2
+
+
+def test_compiled_execution_is_counted_in_telemetry(fresh_dynamo):
+    # The operator telemetry (torch.emu.telemetry()) carries the compile counters of its block,
+    # and torch.emu.compile_stats() is the process-wide view.
+    def f(x):
+        y = (x * 2).sin()
+        torch._dynamo.graph_break()
+        return y + 1
+    x = torch.randn(8, device=EMU)
+    before = torch.emu.compile_stats()
+    with torch.emu.telemetry() as t:
+        compiled = torch.compile(f, backend="emu")
+        compiled(x)
+        compiled(x.double())                                  # a dtype guard fails: recompiles
+    compiled_counts = t.as_dict()["compiled"]
+    assert compiled_counts["graphs_compiled"] == 4            # two graphs (the break), twice
+    assert compiled_counts["recompiles"] == 2
+    assert compiled_counts["graph_breaks"] >= 1
+    assert compiled_counts["outside_program"] == 0
+    assert "compiled graphs: 4" in t.summary()
+    after = torch.emu.compile_stats()
+    assert after["graphs_compiled"] - before["graphs_compiled"] == 4
+    with torch.emu.telemetry() as quiet:
+        (x + 1).cpu()
+    assert not any(quiet.as_dict()["compiled"].values())
