@@ -287,6 +287,35 @@ class Driver:
             resolved.append(a)
         return self._submit(queue, abi.LaunchCommand, _LAUNCH, kernel, tuple(resolved))
 
+    def submit_collective(self, queue: Queue, name: str, pairs, not_before_ns: float = 0.0,
+                          duration_ns: float = 0.0, link_bytes: int = 0) -> int:
+        """A collective's part on the queue's device (abi.Opcode.COLLECTIVE): it holds the device's
+        network port and links for ``duration_ns`` from ``not_before_ns`` (device time) at the
+        earliest, then copies each (dst, src) pair of TensorRefs (same shape and dtype; host or this
+        device's memory), taking no time for them."""
+        if type(name) is not str or not name.isidentifier():
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective needs a name (an identifier), got {name!r}")
+        for field, value in (("not_before_ns", not_before_ns), ("duration_ns", duration_ns)):
+            if type(value) not in (int, float) or not 0 <= value < float("inf"):
+                raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                                  f"a collective's {field} must be a finite number >= 0, got {value!r}")
+        if type(link_bytes) is not int or link_bytes < 0:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"a collective's link_bytes must be an int >= 0, got {link_bytes!r}")
+        if not isinstance(pairs, (tuple, list)):
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective's pairs must be a sequence, got {pairs!r}")
+        resolved = []
+        for pair in pairs:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective pair is (dst, src), got {pair!r}")
+            d, s = self._checked_descriptor(pair[0], queue), self._checked_descriptor(pair[1], queue)
+            if d.shape != s.shape or d.dtype != s.dtype:
+                raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective pair needs equal shapes and dtypes, "
+                                                                 f"got {d.shape}/{d.dtype} and {s.shape}/{s.dtype}")
+            resolved.append((d, s))
+        return self._submit(queue, abi.CollectiveCommand, abi.Opcode.COLLECTIVE, name, tuple(resolved),
+                            float(not_before_ns), float(duration_ns), link_bytes)
+
     def submit_signal(self, queue: Queue, semaphore: int, value: int) -> int:
         _check_fence(semaphore, value)
         return self._submit(queue, abi.SignalCommand, abi.Opcode.SIGNAL, semaphore, value)
@@ -326,8 +355,10 @@ class Driver:
         """Device time of the semaphore's last signal."""
         return self._endpoint(device).semaphore_time_ns(semaphore)
 
-    def wait_semaphore(self, device: int, semaphore: int, value: int) -> float:
-        """Blocks the host until the semaphore reaches ``value``; returns the device time it did."""
+    def wait_semaphore(self, device: int, semaphore: int, value: int, charge_host: bool = True) -> float:
+        """Blocks the host until the semaphore reaches ``value``; returns the device time it did.
+        ``charge_host=False``: the modelled host clock does not move (the devices run ahead of
+        it; a collective's functional read of its inputs, which is not part of the modelled time)."""
         with self.lock:
             endpoint = self._endpoint(device)
             try:
@@ -339,7 +370,8 @@ class Driver:
                 raise DriverError(DriverStatus.DEADLOCK,
                                   f"device {device}: semaphore {semaphore} can never reach {value} "
                                   f"(it is at {endpoint.semaphore_value(semaphore)}): {err}") from err
-            self._host_waited_until(t)
+            if charge_host:
+                self._host_waited_until(t)
             self._raise_internal_error()  # an emulator bug seen while the devices ran
             return t
 

@@ -9,7 +9,8 @@ Each device has its own host link (one timeline per direction). Device pairs are
 ``interconnect.topology``: ``fully_connected`` (a link per ordered pair), ``ring`` (device i to
 i +- 1; other pairs route the shorter way round, holding every hop) or ``switch`` (each device
 has an up and a down port to a switch; a transfer holds the source's up and the destination's
-down port). Byte counters: ``HostLink.bytes_to_device/bytes_to_host``, ``Link.bytes``,
+down port). A collective (firmware COLLECTIVE command) holds its device's network port
+``dev<i>.net`` and every link direction leaving the device (``collective_links``). Byte counters: ``HostLink.bytes_to_device/bytes_to_host``, ``Link.bytes``,
 ``Interconnect.bytes_moved``.
 
 Left out: descriptor chaining, scatter-gather page walks, link packet overheads.
@@ -58,6 +59,10 @@ class Interconnect:
                 if a != b:
                     self._routes[(a, b)] = self._route(a, b)
         self.bandwidth_gb_per_s = config.bandwidth_gb_per_s * config.links_per_pair
+        # Each device's port into the fabric beyond this system (ranks in other processes, other
+        # nodes): every collective the device takes part in holds it.
+        self.ports_net = [Link(f"dev{i}.net") for i in range(n)]
+        self._collective_links: dict[int, tuple] = {}
         self._bytes = 0
 
     def _link(self, a: int, b: int) -> Link:
@@ -84,6 +89,20 @@ class Interconnect:
     def route(self, src: int, dst: int) -> tuple:
         """The links (directions) a transfer from device ``src`` to ``dst`` holds."""
         return self._routes[(src, dst)]
+
+    def collective_links(self, device: int) -> tuple:
+        """What a collective of ``device`` holds: its network port, then every link direction of
+        this system that leaves it (a ring or tree algorithm sends on all of them at once; what it
+        receives is its peers' sending). Two collectives of one device take turns, and a peer copy
+        from the device waits for its collective there, and the other way round."""
+        links = self._collective_links.get(device)
+        if links is None:
+            if self.config.topology == "switch":
+                own = (self.ports_up[device],)
+            else:
+                own = tuple(link for (a, _), link in sorted(self.links.items()) if a == device)
+            links = self._collective_links[device] = (self.ports_net[device], *own)
+        return links
 
     @property
     def bytes_moved(self) -> int:

@@ -11,7 +11,7 @@ from collections import namedtuple
 from enum import IntEnum
 
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1  # 1.1: COLLECTIVE
 FIRMWARE_VERSION = (ABI_MAJOR, ABI_MINOR, 0)
 
 
@@ -21,6 +21,11 @@ class Opcode(IntEnum):
     SIGNAL = 3    # semaphore <- value once every earlier command of the ring completed
     WAIT = 4      # stall the ring until a semaphore (of any device) reaches value
     LAUNCH = 5    # run a kernel of the device's kernel library
+    COLLECTIVE = 6  # a collective's part on this device: it holds the device's network port and
+                    # links for duration_ns from max(ready, not_before_ns), then copies each
+                    # (dst, src) pair. The copies are the functional data path (the data crosses
+                    # the host, the emulated fabric only carries the time): no DMA engine, host
+                    # link or HBM time is charged for them. duration_ns == 0 holds nothing.
 
 
 class ElementType(IntEnum):
@@ -91,23 +96,30 @@ FillCommand = namedtuple("FillCommand", "opcode seq asid dst value")
 SignalCommand = namedtuple("SignalCommand", "opcode seq asid semaphore value")
 WaitCommand = namedtuple("WaitCommand", "opcode seq asid device semaphore value")
 LaunchCommand = namedtuple("LaunchCommand", "opcode seq asid kernel args")
+# ``name``: the collective ("all_reduce", ...), the trace shows "collective.<name>". ``pairs``: a tuple
+# of (dst, src) TensorDescriptors of one dtype and shape each. ``link_bytes``: the bytes each held
+# link direction carries (its byte counters).
+CollectiveCommand = namedtuple("CollectiveCommand", "opcode seq asid name pairs not_before_ns duration_ns link_bytes")
 
 Completion = namedtuple("Completion", "device ring seq semaphore value sim_time_ns")
 ErrorRecord = namedtuple("ErrorRecord", "status device ring seq asid unit address sim_time_ns detail")
 # One executed command, as the firmware booked it. ``seq`` is the driver's global command seq (the
-# correlation id). ``engine`` is the unit class ("dma", "matrix_engine", "vector_engine").
+# correlation id). ``engine`` is the unit class ("dma", "matrix_engine", "vector_engine",
+# "interconnect" for a COLLECTIVE).
 # ``start_ns``/``end_ns`` span the command's work on its engines (a kernel's launch overhead is
 # NOT inside it: the command processor holds that, [launch_start_ns, launch_end_ns], which ends at
 # or before start_ns; both equal start_ns for copies and fills, which pay no launch). The cost
 # model's terms, fixed when the launch is decoded:
 #   bound    "compute" | "memory" | "latency": the term that limited the cost model's max()
+#            ("interconnect" for a COLLECTIVE that held links)
 #            ("latency": fixed latencies (HBM/link latency, DMA setup, pipeline fill) dominate)
 #   cycles   device clock cycles of [start_ns, end_ns] (int)
 #   cores    cores the kernel ran on (0 for a copy: DMA engines only)
 #   tiling   human-readable work split, e.g. "gemm 2x2 cores, 128x128 tiles, 64 tiles"
 #   engines  tuple of lane names it occupied: "dev0.cp" (launch), "dev0.core0.matrix",
 #            "dev0.core1.vector", "dev0.dma2", "dev0.host_link.h2d", "dev0.host_link.d2h",
-#            "dev0-dev1.link" (a link from device 0 to device 1), "dev0.hbm"
+#            "dev0-dev1.link" (a link from device 0 to device 1), "dev0.net" (device 0's
+#            network port, which a collective holds), "dev0.hbm"
 #   dtype    element type name of the command's output (``ELEMENT_NAMES`` values), "" if none
 # Ceilings for a roofline: ``DeviceConfig.peak_flops(engine, dtype)`` and ``.hbm_bytes_per_s``.
 TraceEntry = namedtuple("TraceEntry", "device ring seq name engine start_ns end_ns nbytes flops "

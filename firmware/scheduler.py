@@ -39,6 +39,7 @@ log = logging.getLogger("seed.firmware")
 TRACE_ENTRIES = 200_000
 _SIGNAL, _WAIT = int(abi.Opcode.SIGNAL), int(abi.Opcode.WAIT)
 _COPY, _FILL, _LAUNCH = int(abi.Opcode.COPY), int(abi.Opcode.FILL), int(abi.Opcode.LAUNCH)
+_COLLECTIVE = int(abi.Opcode.COLLECTIVE)
 _DEVICE = int(abi.MemorySpace.DEVICE)
 _RESOLVED_ENTRIES = _DECODED_ENTRIES = 4096  # LRU-bounded caches of the hot path
 _new_tuple = tuple.__new__  # builds trace records without their Python-level namedtuple __new__
@@ -184,6 +185,8 @@ class FirmwareInstance:
                     end, work = self._book_copy(command, now)
                 elif op == _FILL:
                     end, work = self._book_kernel("fill", (command.dst, command.value), now)
+                elif op == _COLLECTIVE:
+                    end, work = self._book_collective(command, now)
                 else:
                     raise HardwareFault(FaultRecord("invalid_command", "command_processor", self.device.index,
                                                     None, now, f"invalid opcode {op!r}"))
@@ -503,6 +506,8 @@ class FirmwareInstance:
     def _unit_of(command) -> str:
         if command.opcode == abi.Opcode.COPY:
             return "dma"
+        if command.opcode == abi.Opcode.COLLECTIVE:
+            return "interconnect"
         if command.opcode == abi.Opcode.LAUNCH:
             return KERNELS[command.kernel].engine + "_engine" if command.kernel in KERNELS else "command_processor"
         return "vector_engine"
@@ -586,6 +591,34 @@ class FirmwareInstance:
         meta = ((bound, 0, "", engines, abi.ELEMENT_NAMES.get(int(dst.dtype), "")), start, start)
         return end, (KERNELS["copy"].run, (out, inp), f"memcpy_{counter}", "dma", start, end, nbytes, 0, meta)
 
+    def _book_collective(self, command, now: float):
+        # Its time is the collective model's (torch_plugin/distributed/cost_model.py): the links
+        # and network port of this device are held from max(now, not_before_ns, the links' free
+        # time) for duration_ns; its copies (the functional path through the host) take no time.
+        pairs = command.pairs
+        operands, nbytes = [], 0
+        for dst, src in pairs:
+            operands.append(self._resolve(dst, "dma"))   # translation faults first: nothing moves
+            operands.append(self._resolve(src, "dma"))
+            nbytes += prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
+        duration = command.duration_ns
+        start = command.not_before_ns if command.not_before_ns > now else now
+        lanes, bound = (), "latency"
+        if duration > 0:
+            net = self.device.interconnect
+            links = net.collective_links(self.device.index)
+            for link in links:
+                start = link.earliest_start(start)
+            for link in links:
+                link.hold(start, duration)
+                link.bytes += command.link_bytes
+            lanes, bound = tuple(link.name for link in links), "interconnect"
+        end = start + duration
+        dtype = abi.ELEMENT_NAMES.get(int(pairs[0][0].dtype), "") if pairs else ""
+        meta = ((bound, 0, "", lanes, dtype), start, start)
+        return end, (_copy_pairs, operands, f"collective.{command.name}", "interconnect", start, end, nbytes, 0,
+                     meta)
+
     def _book_kernel(self, name, args, now: float):
         # A launch's operands and cost depend only on its arguments and the page tables, so
         # a repeated launch (a training loop's) is decoded once (the TLB's and the command
@@ -668,7 +701,7 @@ class FirmwareInstance:
                 self.device.index, ring.ring_id, command.seq, name, engine, start, end, nbytes, flops,
                 bound, round((end - start) * self._clock_ghz), cores, tiling, engines, dtype,
                 launch_start, launch_end)))
-        if engine != "dma":
+        if engine != "dma" and engine != "interconnect":
             self._hbm_bytes += nbytes
         stats = self.kernel_stats.get(name)
         if stats is None:
@@ -693,6 +726,8 @@ def _written(command) -> tuple:
     op = command[0]
     if op == _COPY or op == _FILL:
         return (command.dst,) if type(command.dst) is abi.TensorDescriptor else ()
+    if op == _COLLECTIVE:
+        return tuple(dst for dst, _ in command.pairs if type(dst) is abi.TensorDescriptor)
     if op != _LAUNCH or not isinstance(command.args, tuple):
         return ()
     writes = abi.LAUNCH_WRITES.get(command.kernel) if isinstance(command.kernel, str) else None
@@ -703,6 +738,13 @@ def _written(command) -> tuple:
     if writes == "all":
         return tuple(a for a in args if type(a) is abi.TensorDescriptor)
     return tuple(args[i] for i in writes if i < len(args) and type(args[i]) is abi.TensorDescriptor)
+
+
+def _copy_pairs(*operands) -> None:
+    """A COLLECTIVE's effect: copies operands[1] into operands[0], [3] into [2], ..."""
+    copy = KERNELS["copy"].run
+    for i in range(0, len(operands), 2):
+        copy(operands[i], operands[i + 1])
 
 
 def _operands(descs) -> list:

@@ -207,12 +207,14 @@ class Runtime:
             state.streams[sid] = Stream(self, device, sid, self.driver.create_queue(state.context), priority)
             return state.streams[sid]
 
-    def wait_semaphore(self, device: int, semaphore: int, value: int, what: str | None = None) -> None:
-        """Blocks the host until ``semaphore`` reaches ``value``. ``what`` names the waiter (e.g.
-        "stream emu:0/3") for the error raised when no queued work can ever get it there."""
+    def wait_semaphore(self, device: int, semaphore: int, value: int, what: str | None = None,
+                       charge_host: bool = True) -> float:
+        """Blocks the host until ``semaphore`` reaches ``value``; returns the device time it did.
+        ``what`` names the waiter (e.g. "stream emu:0/3") for the error raised when no queued work
+        can ever get it there. ``charge_host=False`` leaves the modelled host clock where it is."""
         with self.lock:
             try:
-                self.driver.wait_semaphore(device, semaphore, value)
+                t = self.driver.wait_semaphore(device, semaphore, value, charge_host)
             except DriverError as err:
                 if err.status == DriverStatus.DEADLOCK:  # the host's wait cannot complete: a user error
                     at = self.driver.semaphore_value(device, semaphore)
@@ -225,6 +227,7 @@ class Runtime:
                 if self.driver.poison_pending:
                     self._absorb_poisoned()
             self._check(device)
+            return t
 
     def stream_synchronize(self, stream: Stream) -> None:
         with self.lock:
@@ -580,6 +583,51 @@ class Runtime:
             self.clock.wait_until(float(t_ns))
             self._advance_to_host_time()
             return self.clock.now_ns - before
+
+    # -- collectives (torch_plugin/distributed) --------------------------------
+    def stream_reached_ns(self, stream: Stream) -> float:
+        """The device time at which ``stream`` passes the work submitted to it so far (the host's
+        present if it already did). The host waits for it functionally but its modelled clock does not move: the emulated devices run
+        ahead of the host to there (a collective reads its inputs this way; on the hardware
+        modelled, the host would not wait). Work submitted meanwhile to another, idle ring of this
+        system starts no earlier than where the devices got to."""
+        with self.lock:
+            self.clock.charge_call()
+            self._check(stream.device)
+            mark = stream.record_mark()
+            t = self.wait_semaphore(stream.device, stream.semaphore, mark,
+                                    what=f"stream emu:{stream.device}/{stream.stream_id}", charge_host=False)
+            if stream.queue.fault is not None:
+                self._raise_stream_fault(stream)
+            return max(t, self.clock.now_ns)   # an idle stream: the host's present
+
+    def event_passed(self, event: Event) -> bool:
+        """Whether the devices have executed the event's last record so far, without charging an
+        API call and without advancing the devices (bookkeeping, not a query of the program)."""
+        if not event.recorded:
+            return True
+        with self.lock:
+            return self.driver.semaphore_value(event.device, event.semaphore) >= event.count
+
+    def collective(self, stream: Stream, name: str, pairs, not_before_ns: float = 0.0, duration_ns: float = 0.0,
+                   link_bytes: int = 0) -> int:
+        """Enqueues a collective's part on ``stream`` (abi.Opcode.COLLECTIVE): it holds the device's
+        network port and links for ``duration_ns`` from ``not_before_ns`` (device time) at the
+        earliest, then copies each (dst, src) pair of TensorRefs without modelled time (the functional
+        path of the data through the host). Returns the command's seq."""
+        with self.lock:
+            self.clock.charge_call()
+            self._check(stream.device)
+            if self._poisoned:
+                self._check_poisoned(stream.device, tuple(src for _, src in pairs))
+                for dst, src in pairs:
+                    self._unpoison_covered(dst, (src,))
+            try:
+                seq = self.driver.submit_collective(stream.queue, name, pairs, not_before_ns, duration_ns, link_bytes)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            self._after_submit(stream, False)
+            return seq
 
     # -- command buffers (torch_plugin/compile: one per compiled graph) -----------
     # A command recorded into a command buffer costs this fraction of an API call (its descriptor

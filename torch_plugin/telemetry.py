@@ -191,7 +191,8 @@ class _RuntimeHooks:
     """Wraps the runtime's launch, memcpy and synchronize methods on the runtime object while
     at least one telemetry block is open (instance attributes that shadow the methods; removed
     when the last block closes, so the hot path pays nothing otherwise)."""
-    _METHODS = ("launch", "memcpy", "memset", "stream_synchronize", "event_synchronize", "device_synchronize")
+    _METHODS = ("launch", "memcpy", "memset", "collective", "stream_synchronize", "event_synchronize",
+                "device_synchronize")
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -217,6 +218,7 @@ class _RuntimeHooks:
     def _install(self, rt) -> None:
         cls = type(rt)
         launch, memcpy, memset = cls.launch.__get__(rt), cls.memcpy.__get__(rt), cls.memset.__get__(rt)
+        collective = cls.collective.__get__(rt)
         local = self._local
         clock = rt.clock
 
@@ -260,6 +262,21 @@ class _RuntimeHooks:
             note_command(seq, kernel, t0)
             return seq
 
+        def hooked_collective(stream, name, pairs, not_before_ns=0.0, duration_ns=0.0, link_bytes=0):
+            # A collective's functional data path crosses the host: its copies count as host traffic.
+            kernel = f"collective.{name}"
+            registry.note_kernel(kernel)
+            for dst, src in pairs:
+                direction = _SPACE_KEYS.get((src.host, dst.host))
+                if direction is not None:
+                    nbytes = prod(src.shape) * runtime.ELEMENT_SIZE[src.dtype]
+                    for observer in registry._observers or ():
+                        observer.add_copy(direction, nbytes)
+            t0 = clock.now_ns
+            seq = collective(stream, name, pairs, not_before_ns, duration_ns, link_bytes)
+            note_command(seq, kernel, t0)
+            return seq
+
         def synchronizing(name, method):
             def hooked(*args, **kwargs):
                 depth = getattr(local, "depth", 0)
@@ -277,7 +294,7 @@ class _RuntimeHooks:
                             observer.add_wait(name, t0, clock.now_ns)
             return hooked
 
-        rt.launch, rt.memcpy, rt.memset = hooked_launch, hooked_memcpy, hooked_memset
+        rt.launch, rt.memcpy, rt.memset, rt.collective = hooked_launch, hooked_memcpy, hooked_memset, hooked_collective
         for name in ("stream_synchronize", "event_synchronize", "device_synchronize"):
             setattr(rt, name, synchronizing(name, getattr(cls, name).__get__(rt)))
 

@@ -35,14 +35,14 @@ def test_codes_are_unique(enum):
 
 
 def test_expected_opcodes_and_statuses_exist():
-    assert {op.name for op in abi.Opcode} == {"COPY", "FILL", "SIGNAL", "WAIT", "LAUNCH"}
+    assert {op.name for op in abi.Opcode} == {"COPY", "FILL", "SIGNAL", "WAIT", "LAUNCH", "COLLECTIVE"}
     assert abi.Status.OK == 0
     assert {"PAGE_FAULT", "BUS_ERROR", "KERNEL_FAULT", "UNKNOWN_KERNEL", "INVALID_COMMAND", "ABORTED"} <= {
         s.name for s in abi.Status}
 
 
 @pytest.mark.parametrize("command", [abi.CopyCommand, abi.FillCommand, abi.SignalCommand, abi.WaitCommand,
-                                     abi.LaunchCommand])
+                                     abi.LaunchCommand, abi.CollectiveCommand])
 def test_every_command_starts_with_opcode_seq_asid(command):
     # The firmware reads command[0], command.seq and command.asid of any command.
     assert command._fields[:3] == ("opcode", "seq", "asid")
