@@ -125,3 +125,17 @@ def test_node_fields_of_the_hardware_description_reach_the_model(default_config)
                                                                          internode_bandwidth_gb_per_s=5.0))
     ratio = collective_cost("all_reduce", 256 * MiB, 4, Topology.from_config(slower)).time_ns / spanning.time_ns
     assert ratio == pytest.approx(2.0, rel=0.05)
+
+
+def test_exposed_collective_time_is_what_compute_did_not_hide():
+    from collections import namedtuple
+    from torch_plugin.distributed import exposed_collective_ns
+    E = namedtuple("E", "name start_ns end_ns")
+    records = [{"start_ns": 10.0, "end_ns": 50.0}, {"start_ns": 50.0, "end_ns": 70.0}]
+    trace = [E("matmul", 0.0, 20.0), E("collective.all_reduce", 10.0, 50.0), E("binary.add", 30.0, 40.0),
+             E("matmul", 60.0, 100.0)]
+    # comm busy 10..70; compute covers 10..20, 30..40, 60..70 (30 ns): 30 ns exposed
+    assert exposed_collective_ns(records, trace, 0.0, 100.0) == 30.0
+    assert exposed_collective_ns(records, trace, 0.0, 45.0) == 15.0      # the window clips both
+    assert exposed_collective_ns([], trace, 0.0, 100.0) == 0.0
+    assert exposed_collective_ns(records, [], 0.0, 100.0) == 60.0

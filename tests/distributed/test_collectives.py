@@ -27,7 +27,7 @@ def test_collectives_on_emu_tensors_across_two_ranks(job):
     for res in results:
         failed = [name for name, ok in res["checked"].items() if not ok]
         assert not failed, f"rank {res['rank']}: {failed}"
-        assert len(res["checked"]) == 26
+        assert len(res["checked"]) == 28
         assert res["backend_name"] == "cpu:gloo,emu:emu"
         # Modelled time: one record per collective, the algorithm reported.
         assert {"all_reduce", "broadcast", "all_gather", "reduce_scatter", "all_to_all", "barrier", "send",
@@ -43,6 +43,34 @@ def test_simulated_time_agrees_across_ranks(job):
     assert b0["end_ns"] == b1["end_ns"] == max(b0["ready_ns"], b1["ready_ns"]) + b0["duration_ns"]
     assert b1["wait_ns"] > 0 and b0["wait_ns"] == 0
     assert results[0]["clocks_after_barrier"][0] == results[0]["clocks_after_barrier"][1]
+
+
+def test_a_collective_overlaps_compute_on_its_links(job):
+    results, _ = job
+    for res in results:
+        o = res["overlap"]
+        coll = o["record"]["duration_ns"]
+        # The compute alone takes longer than the collective; together they take hardly longer than
+        # the compute (not compute + collective, as when a collective blocked its rank).
+        assert o["compute_ns"] > coll > 0
+        assert o["step_ns"] < o["compute_ns"] + 0.5 * coll, o
+        assert o["step_ns"] >= coll
+    # Both ranks agree on when it ran.
+    r0, r1 = (res["overlap"]["record"] for res in results)
+    assert r0["start_ns"] == r1["start_ns"] and r0["end_ns"] == r1["end_ns"]
+
+
+def test_collectives_of_a_rank_take_turns_on_its_links(job):
+    results, _ = job
+    for res in results:
+        first, second = res["back_to_back"]
+        assert second["ready_ns"] == second["start_ns"] == first["end_ns"]   # links busy until then
+        # The device commands held the rank's network port and its link, one after the other.
+        (_, s1, e1, lanes1), (_, s2, e2, lanes2) = res["link_trace"][-2:]
+        device = first["device"]
+        assert lanes1 == lanes2 and lanes1[0] == f"dev{device}.net" and len(lanes1) == 2
+        assert s2 >= e1 and e2 - s2 == pytest.approx(second["duration_ns"])
+    assert results[0]["back_to_back"][1]["end_ns"] == results[1]["back_to_back"][1]["end_ns"]
 
 
 def test_peer_link_error_fails_the_collective_on_every_rank_with_its_cause_chain(job):

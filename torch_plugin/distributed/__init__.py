@@ -12,10 +12,11 @@ from torch_plugin.distributed.backend import (EmuProcessGroup, collective_params
                                               collective_summary, register, reset_collective_records,
                                               set_collective_params, topology)
 from torch_plugin.distributed.cost_model import CollectiveCost, CollectiveParams, Topology, collective_cost
-from torch_plugin.distributed.projection import format_projection, project_data_parallel
+from torch_plugin.distributed.projection import exposed_collective_ns, format_projection, project_data_parallel
 
 register()
 
 __all__ = ["CollectiveCost", "CollectiveParams", "EmuProcessGroup", "Topology", "collective_cost",
-           "collective_params", "collective_records", "collective_summary", "cost_model", "format_projection",
+           "collective_params", "collective_records", "collective_summary", "cost_model", "exposed_collective_ns",
+           "format_projection",
            "project_data_parallel", "register", "reset_collective_records", "set_collective_params", "topology"]

@@ -1,13 +1,24 @@
 """The c10d backend ``emu``: collectives on emu tensors, over gloo on the host, timed by the model.
 
-The functional data path is device -> host -> gloo -> host -> device: every collective copies its
-emu operands to host memory (a blocking copy on the current stream, so it is ordered after the
-stream's earlier work, like NCCL's stream semantics), runs gloo on the host copies, and copies the
-results back on the current stream. Those copies are ordinary host<->device copies: telemetry counts
-them as such. The time the collective would take on the emulated interconnect comes from
-``cost_model``: each rank's ready time (its simulated host clock once its operands are ready) is
-exchanged as part of the collective, and every rank's simulated clock moves to
-``max(ready times) + modelled duration`` when the collective completes.
+Functionally, the data goes device -> host -> gloo -> host -> device. Its modelled time is the
+collective model's (``cost_model``), on the emulated links, like NCCL's kernels on their own stream:
+
+1. On the current stream, a COLLECTIVE command stages the inputs into host buffers. It is ordered
+   after the stream's earlier work, and it takes no modelled time: the copies are the functional
+   path, counted as host<->device traffic in telemetry but not charged to any engine. The host
+   waits for it functionally (the emulated devices run ahead to it); the modelled host clock does
+   not move. That point of the stream, in device time, is the rank's *ready time*. It is no earlier
+   than the end of this device's previous collective: one device's collectives take turns on its
+   links.
+2. The ready times are exchanged (an all_reduce MAX on a second gloo group), and gloo moves the data.
+   The collective starts at the latest ready time of the group and lasts its modelled duration.
+   Every rank therefore has the same start and end.
+3. On the process group's internal stream of the device, a second COLLECTIVE command holds the
+   device's network port and links from that start for the modelled duration. At its end it
+   writes the results into the output tensors. Work on the current stream goes on meanwhile:
+   compute overlaps communication.
+4. ``work.wait()`` makes the current stream wait for that command, without blocking the host. This
+   is NCCL's stream semantics.
 
 Collectives on CPU tensors (a ``"cpu:gloo,emu:emu"`` group hands them to this backend too) run on
 gloo directly, unmodelled: they are host work.
@@ -18,6 +29,7 @@ import datetime
 import os
 import threading
 import time
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -26,20 +38,32 @@ from torch.futures import Future
 
 import runtime
 from torch_plugin.distributed import cost_model
+from torch_plugin.ops._common import current_stream, device_ref, host_ref
 
 _RED = ReduceOp.RedOpType
 _records: list[dict] = []
 _records_lock = threading.Lock()
 _params = cost_model.CollectiveParams()
+# Per emu device of this process: the modelled end of its latest collective (its links are busy
+# until then), in device time.
+_links_free_ns: dict[int, float] = {}
+# Each collective's (done event, what its command reads, a weak reference to its work). The host
+# buffers must live until the command has executed, whatever the caller does with the work; the
+# event is destroyed once it has passed and its work is gone.
+_in_flight: list[tuple] = []
 FAILURE_REPORT_WAIT_S = 0.5  # at most this long a survivor waits for its peers to report the same failure
 
 
 def collective_records() -> list[dict]:
-    """One record per modelled collective of this process, oldest first: ``op``, ``algorithm``,
-    ``bytes``, ``ranks``, ``rank``, ``device``, ``seq``, ``ready_ns`` (this rank's ready time),
-    ``start_ns`` (the latest arrival), ``end_ns``, ``duration_ns`` (modelled), ``wait_ns`` (this rank
-    waited for later ranks), ``host_copy_bytes`` (the functional path's device<->host bytes),
-    ``group``. Times are simulated ns. A record is added when the collective completes (its wait)."""
+    """One record per modelled collective of this process, oldest first:
+    - ``op``, ``algorithm``, ``bytes``, ``ranks``, ``rank``, ``device``, ``seq``, ``group``;
+    - ``ready_ns``: this rank's ready time, the device time its current stream reached the
+      collective, or the end of the device's previous collective if that was later;
+    - ``start_ns``: the latest ready time of the group;
+    - ``end_ns`` and ``duration_ns``: the modelled end and duration;
+    - ``wait_ns``: how long this rank waited for later ranks;
+    - ``host_copy_bytes``: the functional path's device<->host bytes.
+    Times are simulated ns. A record is added when the collective is issued; its end is already known."""
     with _records_lock:
         return [dict(r) for r in _records]
 
@@ -93,42 +117,66 @@ def _is_emu(tensors) -> bool:
     return any(t.device.type == "emu" for t in tensors)
 
 
-def _host(t: torch.Tensor) -> torch.Tensor:
-    """The host copy of an emu tensor (a blocking copy on its current stream)."""
-    return t.detach().to("cpu") if t.device.type == "emu" else t
+def _emu_device(tensors) -> int | None:
+    return next((t.device.index for t in tensors if t.device.type == "emu"), None)
+
+
+def _staged(t: torch.Tensor, reads: list) -> torch.Tensor:
+    """The host buffer of input ``t``: for an emu tensor, a new host tensor, staged from ``t`` by
+    the collective's first command (``reads`` gets the pair); a CPU tensor is its own buffer."""
+    if t.device.type != "emu":
+        return t
+    host = torch.empty(t.shape, dtype=t.dtype)
+    reads.append((host, t))
+    return host
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(t.shape, dtype=t.dtype) if t.device.type == "emu" else t
 
 
-def _copy_back(dst: torch.Tensor, src: torch.Tensor) -> None:
-    if dst is not src:
-        with torch.no_grad():
-            dst.copy_(src)
+def _pair_refs(pairs) -> tuple:
+    """(dst, src) TensorRefs of ``pairs`` of (dst, src) tensors, one on emu and one on the host."""
+    return tuple(tuple(device_ref(t) if t.device.type == "emu" else host_ref(t) for t in pair) for pair in pairs)
 
 
 class EmuWork(Work):
-    """An issued collective. ``wait(timeout)`` finishes it: waits for gloo, copies the results to the
-    device, and moves the simulated clock to the collective's modelled completion."""
+    """An issued collective. Its data has crossed gloo already (point-to-point sends excepted: gloo's
+    send completes when the peer takes it, which ``wait`` waits for); its device side is a command on
+    the group's stream. ``wait(timeout)`` makes the current stream wait for that command (NCCL's
+    semantics: the host does not block)."""
 
-    def __init__(self, pg: "EmuProcessGroup", op: str, seq: int, inner: list, finish, result):
+    def __init__(self, pg: "EmuProcessGroup", op: str, seq: int, inner: list, device: int | None, done, result):
         super().__init__()
-        self._pg, self._op, self._seq, self._inner, self._finish = pg, op, seq, inner, finish
+        self._pg, self._op, self._seq, self._inner, self._device = pg, op, seq, inner, device
+        self._done_event = done        # a runtime.Event recorded after the device command (None: nothing queued)
         self._result = result
-        self._done = False
         self._error: BaseException | None = None
         self._lock = threading.Lock()
 
+    def _finish_host(self, timeout=None) -> None:
+        try:
+            for w in self._inner:
+                w.wait(timeout) if timeout and timeout.total_seconds() > 0 else w.wait()
+        except Exception as err:  # noqa: BLE001  (gloo's errors: dead peer, timeout)
+            self._error = self._pg._failure(self._op, self._seq, err, timeout)
+            raise self._error from err
+        self._inner = []
+
     def is_completed(self) -> bool:
-        """True once the results are on the device: when gloo has finished, this finishes the op
-        (copies back, moves the clock), so a polling loop sees the results without wait()."""
-        if not self._done and self._error is None and all(w.is_completed() for w in self._inner):
-            self.wait()
-        return self._done
+        """True once the collective's device command has completed (polling moves the host clock,
+        so a polling loop sees it complete)."""
+        if self._error is not None:
+            return False
+        if any(not w.is_completed() for w in self._inner):
+            return False
+        with self._lock:
+            self._finish_host()
+        event = self._done_event
+        return event is None or runtime.get_runtime().event_query(event)
 
     def is_success(self) -> bool:
-        return self._done and self._error is None
+        return self.is_completed() and self._error is None
 
     def exception(self):
         return self._error
@@ -137,20 +185,14 @@ class EmuWork(Work):
         with self._lock:
             if self._error is not None:
                 raise self._error
-            if self._done:
-                return True
-            try:
-                for w in self._inner:
-                    w.wait(timeout) if timeout and timeout.total_seconds() > 0 else w.wait()
-            except Exception as err:  # noqa: BLE001  (gloo's errors: dead peer, timeout)
-                self._error = self._pg._failure(self._op, self._seq, err, timeout)
-                raise self._error from err
-            self._finish()
-            self._done = True
+            self._finish_host(timeout)
+            if self._done_event is not None:
+                runtime.get_runtime().stream_wait_event(current_stream(self._device), self._done_event)
             return True
 
     def get_future(self) -> Future:
-        """A completed future of the op's result (DDP's reducer reads it): the op is finished first."""
+        """A completed future of the op's result (DDP's reducer reads it): wait() first, so work the
+        callback enqueues on the current stream is ordered after the collective."""
         self.wait()
         fut = Future()
         fut.set_result(self._result)
@@ -279,9 +321,6 @@ class EmuProcessGroup(dist.ProcessGroup):
                 return suspects
             time.sleep(0.05)
 
-    def _ready_ns(self) -> float:
-        return runtime.get_runtime().host_time_ns()
-
     def _exchange_ready(self, op: str, seq: int, ready: float, link_fault: BaseException | None = None) -> float:
         """The latest ready time of the group's ranks (an all_reduce MAX on the clock group). Each
         rank also says whether its link faulted: one faulted link fails the collective on every
@@ -327,22 +366,52 @@ class EmuProcessGroup(dist.ProcessGroup):
             return err
         return None
 
-    def _issue(self, op: str, seq: int, device_tensors, nbytes: int, host_bytes: int, inner: list, finish,
+    def _comm_stream(self, device: int) -> runtime.Stream:
+        """The group's internal stream on ``device`` (NCCL's communicator stream)."""
+        streams = self.__dict__.setdefault("_comm_streams", {})
+        stream = streams.get(device)
+        if stream is None:
+            stream = streams[device] = runtime.get_runtime().stream_create(device)
+        return stream
+
+    def _ready(self, op: str, device: int, reads) -> float:
+        """Step 1 (module docstring): stages ``reads`` (host buffer, emu tensor) on the current
+        stream and returns this rank's ready time."""
+        rt = runtime.get_runtime()
+        stream = current_stream(device)
+        if reads:
+            rt.collective(stream, f"{op}_inputs", _pair_refs(reads))
+        return max(rt.stream_reached_ns(stream), _links_free_ns.get(device, 0.0))
+
+    def _issue(self, op: str, seq: int, device: int, nbytes: int, host_bytes: int, inner: list, writes,
                result, start: float, ready: float, cost: cost_model.CollectiveCost) -> EmuWork:
-        device = next((t.device.index for t in device_tensors if t.device.type == "emu"), None)
+        """Step 3: the device command that holds the links from ``start`` and writes ``writes``
+        (emu tensor, host tensor) at its end; its record; the work."""
         end = start + cost.time_ns
+        rt = runtime.get_runtime()
+        comm = self._comm_stream(device)
+        rt.collective(comm, op, _pair_refs(writes), start, cost.time_ns, cost.link_bytes)
+        for dst, _ in writes:  # the comm stream writes them: their frees wait for it (NCCL's recordStream)
+            rt.record_stream(device, dst.untyped_storage().data_ptr(), comm.stream_id)
+        done = rt.event_create(device)
+        rt.event_record(done, comm)
+        live = []
+        for entry in _in_flight:
+            if entry[2]() is None and rt.event_passed(entry[0]):
+                rt.event_destroy(entry[0])
+            else:
+                live.append(entry)
+        work = EmuWork(self, op, seq, inner, device, done, result)
+        live.append((done, writes, weakref.ref(work)))
+        _in_flight[:] = live
+        _links_free_ns[device] = max(_links_free_ns.get(device, 0.0), end)
         record = {"op": op, "algorithm": cost.algorithm, "bytes": nbytes, "ranks": self.size(),
                   "rank": self._global[self.rank()], "device": device, "seq": seq, "ready_ns": ready,
                   "start_ns": start, "end_ns": end, "duration_ns": cost.time_ns, "wait_ns": start - ready,
                   "host_copy_bytes": host_bytes, "group": self._group_id}
-
-        def complete():
-            finish()
-            runtime.get_runtime().advance_host_time(end)
-            with _records_lock:
-                _records.append(record)
-
-        return EmuWork(self, op, seq, inner, complete, result)
+        with _records_lock:
+            _records.append(record)
+        return work
 
     def _model(self, op: str, nbytes: int) -> cost_model.CollectiveCost:
         return cost_model.collective_cost(op, nbytes, self.size(), topology(), _params)
@@ -353,23 +422,36 @@ class EmuProcessGroup(dist.ProcessGroup):
         except Exception as err:  # noqa: BLE001
             raise self._failure(op, seq, err) from err
 
-    def _collective(self, op: str, device_tensors, host_in, host_out_pairs, launch, nbytes: int, result,
+    def _gloo_wait(self, op: str, seq: int, work) -> None:
+        try:
+            work.wait()
+        except Exception as err:  # noqa: BLE001  (a dead peer, a timeout)
+            raise self._failure(op, seq, err) from err
+
+    def _collective(self, op: str, device_tensors, reads, launch, writes, nbytes: int, result,
                     post=None) -> EmuWork:
-        """The common path: enter, exchange ready times, launch gloo, and an EmuWork that finishes."""
+        """The common path (module docstring): ``reads`` (host buffer, emu input) are staged, the
+        ready times exchanged, ``launch()`` runs gloo on the host buffers (waited for here), then
+        ``post()`` on the host, and the device command writes ``writes`` (emu output, host
+        buffer). CPU outputs in ``writes`` are copied on the host at once."""
         seq = self._enter(op)
+        device = _emu_device(device_tensors)
         fault = self._probe_link(device_tensors)
-        ready = self._ready_ns()
+        # A faulted link fails the collective on every rank at the exchange; this rank's stream
+        # faulted with it, so nothing is staged.
+        ready = self._ready(op, device, reads) if fault is None else runtime.get_runtime().host_time_ns()
         start = self._exchange_ready(op, seq, ready, fault)
-        inner = self._gloo_call(op, seq, launch)
-        host_bytes = _nbytes([t for t in host_in]) + _nbytes([h for _, h in host_out_pairs])
-
-        def finish():
-            if post is not None:
-                post()
-            for dst, src in host_out_pairs:
-                _copy_back(dst, src)
-
-        return self._issue(op, seq, device_tensors, nbytes, host_bytes, [inner], finish, result, start, ready,
+        self._gloo_wait(op, seq, self._gloo_call(op, seq, launch))
+        if post is not None:
+            post()
+        device_writes = []
+        for dst, src in writes:
+            if dst.device.type == "emu":
+                device_writes.append((dst, src))
+            elif dst is not src:
+                dst.copy_(src)
+        host_bytes = _nbytes([h for h, _ in reads]) + _nbytes([h for _, h in device_writes])
+        return self._issue(op, seq, device, nbytes, host_bytes, [], device_writes, result, start, ready,
                            self._model(op, nbytes))
 
     # -- reductions ------------------------------------------------------------
@@ -404,9 +486,10 @@ class EmuProcessGroup(dist.ProcessGroup):
             self._gloo.allreduce(tensors, gopts).wait()
             self._average(tensors)
             return _Done(tensors)
-        host = [_host(t) for t in tensors]
-        return self._collective("all_reduce", tensors, host, list(zip(tensors, host)),
-                                lambda: self._gloo.allreduce(host, gopts), _nbytes(tensors), tensors,
+        reads = []
+        host = [_staged(t, reads) for t in tensors]
+        return self._collective("all_reduce", tensors, reads, lambda: self._gloo.allreduce(host, gopts),
+                                list(zip(tensors, host)), _nbytes(tensors), tensors,
                                 post=(lambda: self._average(host)) if avg else None)
 
     def allreduce_coalesced(self, tensors, opts):
@@ -422,40 +505,43 @@ class EmuProcessGroup(dist.ProcessGroup):
         gopts, avg = self._reduce_opts(ReduceOptions, opts)
         if not _is_emu(tensors):
             return self._gloo.reduce(tensors, gopts)
-        host = [_host(t) for t in tensors]
+        reads = []
+        host = [_staged(t, reads) for t in tensors]
         root = opts.rootRank == self.rank()
-        return self._collective("reduce", tensors, host, list(zip(tensors, host)) if root else [],
-                                lambda: self._gloo.reduce(host, gopts), _nbytes(tensors), tensors,
+        return self._collective("reduce", tensors, reads, lambda: self._gloo.reduce(host, gopts),
+                                list(zip(tensors, host)) if root else [], _nbytes(tensors), tensors,
                                 post=(lambda: self._average(host)) if avg and root else None)
 
     def broadcast(self, tensors, opts):
         if not _is_emu(tensors):
             return self._gloo.broadcast(tensors, opts)
         root = opts.rootRank == self.rank()
-        host = [_host(t) if root else _host_empty(t) for t in tensors]
-        return self._collective("broadcast", tensors, host if root else [],
-                                [] if root else list(zip(tensors, host)),
-                                lambda: self._gloo.broadcast(host, opts), _nbytes(tensors), tensors)
+        reads = []
+        host = [_staged(t, reads) if root else _host_empty(t) for t in tensors]
+        return self._collective("broadcast", tensors, reads, lambda: self._gloo.broadcast(host, opts),
+                                [] if root else list(zip(tensors, host)), _nbytes(tensors), tensors)
 
     # -- gathers and scatters ----------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts):
         flat_out = [t for ts in output_tensors for t in ts]
         if not _is_emu(input_tensors + flat_out):
             return self._gloo.allgather(output_tensors, input_tensors, opts)
-        host_in = [_host(t) for t in input_tensors]
+        reads = []
+        host_in = [_staged(t, reads) for t in input_tensors]
         host_out = [[_host_empty(t) for t in ts] for ts in output_tensors]
-        pairs = list(zip(flat_out, [h for hs in host_out for h in hs]))
-        return self._collective("all_gather", input_tensors, host_in, pairs,
-                                lambda: self._gloo.allgather(host_out, host_in, opts), _nbytes(flat_out),
+        writes = list(zip(flat_out, [h for hs in host_out for h in hs]))
+        return self._collective("all_gather", input_tensors + flat_out, reads,
+                                lambda: self._gloo.allgather(host_out, host_in, opts), writes, _nbytes(flat_out),
                                 output_tensors)
 
     def _allgather_base(self, output, input, opts):
         if not _is_emu([output, input]):
             return self._gloo._allgather_base(output, input, opts)
-        host_in, host_out = _host(input), _host_empty(output)
-        return self._collective("all_gather", [input], [host_in], [(output, host_out)],
-                                lambda: self._gloo._allgather_base(host_out, host_in, opts), _nbytes([output]),
-                                [output])
+        reads = []
+        host_in, host_out = _staged(input, reads), _host_empty(output)
+        return self._collective("all_gather", [input, output], reads,
+                                lambda: self._gloo._allgather_base(host_out, host_in, opts), [(output, host_out)],
+                                _nbytes([output]), [output])
 
     def allgather_into_tensor_coalesced(self, outputs, inputs, opts):
         works = [self._allgather_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -463,46 +549,49 @@ class EmuProcessGroup(dist.ProcessGroup):
             w.wait()
         return _Done(outputs)
 
-    def _reduce_scatter_flat(self, op_name, output, flat_input, opts, device_tensors, result):
-        """reduce_scatter as an all_reduce of the input on the host, keeping this rank's chunk (the
-        functional path moves the whole input; the model times a reduce_scatter)."""
+    def _reduce_scatter(self, output, inputs, opts, result):
+        """reduce_scatter of ``inputs`` (this rank's n chunks, in rank order) as an all_reduce of
+        their concatenation on the host, keeping this rank's chunk (the functional path moves the
+        whole input; the model times a reduce_scatter)."""
         gopts, avg = self._reduce_opts(AllreduceOptions, opts)
-        host = _host(flat_input).clone() if flat_input.device.type != "emu" else _host(flat_input)
         n, me = self.size(), self.rank()
-        chunk = host.numel() // n
-
-        def post():
-            if avg:
-                self._average([host])
-
-        def copy_out():
-            _copy_back(output, host.view(-1)[me * chunk:(me + 1) * chunk].view(output.shape))
-
-        if not _is_emu(device_tensors):
+        chunk = output.numel()
+        host = torch.empty(n * chunk, dtype=output.dtype)
+        reads = []
+        for i, t in enumerate(inputs):
+            part = host[i * t.numel():(i + 1) * t.numel()].view(t.shape)
+            if t.device.type == "emu":
+                reads.append((part, t))
+            else:
+                part.copy_(t)
+        mine = host[me * chunk:(me + 1) * chunk].view(output.shape)
+        post = (lambda: self._average([host])) if avg else None
+        if not _is_emu([output, *inputs]):
             self._gloo.allreduce([host], gopts).wait()
-            post()
-            copy_out()
+            if post is not None:
+                post()
+            output.copy_(mine)
             return _Done(result)
-        work = self._collective(op_name, device_tensors, [host], [], lambda: self._gloo.allreduce([host], gopts),
-                                _nbytes([flat_input]), result, post=lambda: (post(), copy_out()))
-        return work
+        return self._collective("reduce_scatter", [output, *inputs], reads,
+                                lambda: self._gloo.allreduce([host], gopts), [(output, mine)],
+                                host.numel() * host.element_size(), result, post=post)
 
     def _reduce_scatter_base(self, output, input, opts):
         if input.numel() != output.numel() * self.size():
             raise ValueError(f"emu backend: reduce_scatter_tensor: input has {input.numel()} elements, expected "
                              f"output's {output.numel()} x {self.size()} ranks")
-        return self._reduce_scatter_flat("reduce_scatter", output, input.reshape(-1), opts, [output, input],
-                                         [output])
+        if input.dtype != output.dtype:
+            raise ValueError(f"emu backend: reduce_scatter_tensor: input is {input.dtype}, output {output.dtype}")
+        return self._reduce_scatter(output, list(input.reshape(self.size(), -1).unbind(0)), opts, [output])
 
     def reduce_scatter(self, output_tensors, input_tensors, opts):
         if len(output_tensors) != 1:
             raise NotImplementedError("emu backend: reduce_scatter takes one output tensor per rank")
         output, inputs = output_tensors[0], input_tensors[0]
-        if len(inputs) != self.size() or any(t.shape != output.shape for t in inputs):
-            raise ValueError(f"emu backend: reduce_scatter needs {self.size()} inputs shaped like the output")
-        flat = torch.cat([t.reshape(-1) for t in inputs])
-        return self._reduce_scatter_flat("reduce_scatter", output, flat, opts, [output] + list(inputs),
-                                         output_tensors)
+        if len(inputs) != self.size() or any(t.shape != output.shape or t.dtype != output.dtype for t in inputs):
+            raise ValueError(f"emu backend: reduce_scatter needs {self.size()} inputs shaped like the output, of "
+                             f"its dtype")
+        return self._reduce_scatter(output, list(inputs), opts, output_tensors)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -514,58 +603,73 @@ class EmuProcessGroup(dist.ProcessGroup):
         flat_out = [t for ts in output_tensors for t in ts]
         if not _is_emu(input_tensors + flat_out):
             return self._gloo.gather(output_tensors, input_tensors, opts)
-        host_in = [_host(t) for t in input_tensors]
+        reads = []
+        host_in = [_staged(t, reads) for t in input_tensors]
         host_out = [[_host_empty(t) for t in ts] for ts in output_tensors]
-        pairs = list(zip(flat_out, [h for hs in host_out for h in hs]))
-        return self._collective("gather", input_tensors, host_in, pairs,
-                                lambda: self._gloo.gather(host_out, host_in, opts),
+        writes = list(zip(flat_out, [h for hs in host_out for h in hs]))
+        return self._collective("gather", input_tensors + flat_out, reads,
+                                lambda: self._gloo.gather(host_out, host_in, opts), writes,
                                 _nbytes(input_tensors) * self.size(), output_tensors)
 
     def scatter(self, output_tensors, input_tensors, opts):
         flat_in = [t for ts in input_tensors for t in ts]
         if not _is_emu(output_tensors + flat_in):
             return self._gloo.scatter(output_tensors, input_tensors, opts)
-        host_in = [[_host(t) for t in ts] for ts in input_tensors]
+        reads = []
+        host_in = [[_staged(t, reads) for t in ts] for ts in input_tensors]
         host_out = [_host_empty(t) for t in output_tensors]
-        return self._collective("scatter", output_tensors, [h for hs in host_in for h in hs],
-                                list(zip(output_tensors, host_out)),
+        return self._collective("scatter", output_tensors + flat_in, reads,
                                 lambda: self._gloo.scatter(host_out, host_in, opts),
-                                _nbytes(output_tensors) * self.size(), output_tensors)
+                                list(zip(output_tensors, host_out)), _nbytes(output_tensors) * self.size(),
+                                output_tensors)
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
         if not _is_emu([output, input]):
             return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
-        host_in, host_out = _host(input), _host_empty(output)
-        return self._collective("all_to_all", [input], [host_in], [(output, host_out)],
+        reads = []
+        host_in, host_out = _staged(input, reads), _host_empty(output)
+        return self._collective("all_to_all", [input, output], reads,
                                 lambda: self._gloo.alltoall_base(host_out, host_in, output_split_sizes,
                                                                  input_split_sizes, opts),
-                                _nbytes([input]), [output])
+                                [(output, host_out)], _nbytes([input]), [output])
 
     def alltoall(self, output_tensors, input_tensors, opts):
-        """all_to_all of tensor lists, as one all_to_all_single of their concatenations."""
+        """all_to_all of tensor lists, as one all_to_all_single of their concatenations on the host."""
         dtypes = {t.dtype for t in output_tensors + input_tensors}
         if len(dtypes) != 1:
             raise ValueError(f"emu backend: all_to_all needs one dtype for every tensor, got {sorted(map(str, dtypes))}")
-        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
-        flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=output_tensors[0].dtype,
-                               device=output_tensors[0].device)
-        work = self.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
-                                  [t.numel() for t in input_tensors], opts)
-        inner_finish = work._finish if isinstance(work, EmuWork) else None
-
-        def split():
+        dtype = dtypes.pop()
+        if not _is_emu(output_tensors + input_tensors):
+            flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
+            flat_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype)
+            self._gloo.alltoall_base(flat_out, flat_in, [t.numel() for t in output_tensors],
+                                     [t.numel() for t in input_tensors], opts).wait()
             offset = 0
             for t in output_tensors:
-                _copy_back(t, flat_out[offset:offset + t.numel()].view(t.shape))
+                t.copy_(flat_out[offset:offset + t.numel()].view(t.shape))
                 offset += t.numel()
-
-        if inner_finish is None:
-            work.wait()
-            split()
             return _Done(output_tensors)
-        work._finish = lambda: (inner_finish(), split())
-        work._result = output_tensors
-        return work
+
+        def chunks(flat, tensors):
+            offset, out = 0, []
+            for t in tensors:
+                out.append((t, flat[offset:offset + t.numel()].view(t.shape)))
+                offset += t.numel()
+            return out
+
+        host_in = torch.empty(sum(t.numel() for t in input_tensors), dtype=dtype)
+        host_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype)
+        reads = []
+        for t, part in chunks(host_in, input_tensors):
+            if t.device.type == "emu":
+                reads.append((part, t))
+            else:
+                part.copy_(t)
+        return self._collective("all_to_all", output_tensors + input_tensors, reads,
+                                lambda: self._gloo.alltoall_base(host_out, host_in,
+                                                                 [t.numel() for t in output_tensors],
+                                                                 [t.numel() for t in input_tensors], opts),
+                                chunks(host_out, output_tensors), _nbytes(input_tensors), output_tensors)
 
     # torch.distributed's Python-level names (2.13) for the ops above; C++ callers (DDP's reducer,
     # the functional collectives) reach the c10d names through ProcessGroup's trampoline.
@@ -592,18 +696,26 @@ class EmuProcessGroup(dist.ProcessGroup):
 
     # -- barrier and point to point ------------------------------------------
     def barrier(self, opts):
+        """Orders after every stream's work and blocks the host until every rank arrived plus the
+        barrier's modelled time (NCCL's barrier also synchronises the device)."""
         seq = self._enter("barrier")
         rt = runtime.get_runtime() if runtime.is_initialized() else None
         if rt is not None:
-            rt.synchronize_all()  # the barrier orders after every stream's work, like NCCL's
-        ready = self._ready_ns() if rt is not None else 0.0
+            rt.synchronize_all()
+        ready = rt.host_time_ns() if rt is not None else 0.0
         start = self._exchange_ready("barrier", seq, ready)
         if rt is None:
             return _Done()
-        work = self._issue("barrier", seq, [], 0, 0, [], lambda: None, [], start, ready,
-                           self._model("barrier", 0))
-        work.wait()
-        return work
+        cost = self._model("barrier", 0)
+        end = start + cost.time_ns
+        rt.advance_host_time(end)
+        record = {"op": "barrier", "algorithm": cost.algorithm, "bytes": 0, "ranks": self.size(),
+                  "rank": self._global[self.rank()], "device": None, "seq": seq, "ready_ns": ready,
+                  "start_ns": start, "end_ns": end, "duration_ns": cost.time_ns, "wait_ns": start - ready,
+                  "host_copy_bytes": 0, "group": self._group_id}
+        with _records_lock:
+            _records.append(record)
+        return _Done()
 
     def _clock_p2p(self, op, seq, peer: int, tag: int, ready: float):
         """send: posts this rank's ready time to the peer (gloo's send completes when the peer takes
@@ -618,35 +730,37 @@ class EmuProcessGroup(dist.ProcessGroup):
         return max(ready, float(t.item())), []
 
     def send(self, tensors, dst: int, tag: int):
+        """The sender's link is busy from its own ready time (it cannot know the receiver's without
+        a round trip); gloo's send completes when the peer takes it, which ``wait`` waits for."""
         if not _is_emu(tensors):
             return self._gloo.send(tensors, dst, tag)
         seq = self._enter("send")
-        host = [_host(t) for t in tensors]
-        ready = self._ready_ns()
+        device = _emu_device(tensors)
+        reads = []
+        host = [_staged(t, reads) for t in tensors]
+        ready = self._ready("send", device, reads)
         start, (clock_work, keep) = self._clock_p2p("send", seq, dst, tag, ready)
         inner = self._gloo_call("send", seq, self._gloo.send, host, dst, tag)
         cost = cost_model.p2p_cost(_nbytes(tensors), self.rank(), dst, self.size(), topology(), _params)
-        return self._issue("send", seq, tensors, _nbytes(tensors), _nbytes(host), [clock_work, inner],
-                           lambda: (keep, host), tensors, start, ready, cost)
+        work = self._issue("send", seq, device, _nbytes(tensors), _nbytes(host), [clock_work, inner], [], tensors,
+                           start, ready, cost)
+        work._keep = (keep, host)  # gloo reads them until the send completes
+        return work
 
     def recv(self, tensors, src: int, tag: int):
         if not _is_emu(tensors):
             return self._gloo.recv(tensors, src, tag)
         seq = self._enter("recv")
+        device = _emu_device(tensors)
         host = [_host_empty(t) for t in tensors]
-        ready = self._ready_ns()
+        ready = self._ready("recv", device, [])
         start, _ = self._clock_p2p("recv", seq, src, tag, ready)
-        inner = self._gloo_call("recv", seq, self._gloo.recv, host, src, tag)
+        self._gloo_wait("recv", seq, self._gloo_call("recv", seq, self._gloo.recv, host, src, tag))
         cost = cost_model.p2p_cost(_nbytes(tensors), src, self.rank(), self.size(), topology(), _params)
         cost = cost_model.CollectiveCost("recv", cost.algorithm, cost.nbytes, cost.ranks, cost.time_ns,
                                          cost.candidates)
-
-        def finish():
-            for t, h in zip(tensors, host):
-                _copy_back(t, h)
-
-        return self._issue("recv", seq, tensors, _nbytes(tensors), _nbytes(host), [inner], finish, tensors,
-                           start, ready, cost)
+        return self._issue("recv", seq, device, _nbytes(tensors), _nbytes(host), [], list(zip(tensors, host)),
+                           tensors, start, ready, cost)
 
     def recv_anysource(self, tensors, tag: int):
         raise NotImplementedError("emu backend: recv from any source is not supported (name the source rank)")

@@ -116,12 +116,23 @@ class CollectiveCost:
         return self.nbytes / self.time_ns if self.time_ns > 0 else 0.0
 
     @property
-    def busbw_gb_per_s(self) -> float:
-        """NCCL-tests' bus bandwidth: algbw times the op's factor (all_reduce 2(n-1)/n)."""
+    def bus_factor(self) -> float:
+        """NCCL-tests' bus factor of the op: all_reduce 2(n-1)/n; all_gather, reduce_scatter and
+        all_to_all (n-1)/n; 1 otherwise."""
         n = self.ranks
-        factor = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-                  "all_to_all": (n - 1) / n}.get(self.op, 1.0)
-        return self.algbw_gb_per_s * factor
+        return {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
+                "all_to_all": (n - 1) / n}.get(self.op, 1.0)
+
+    @property
+    def busbw_gb_per_s(self) -> float:
+        """NCCL-tests' bus bandwidth: algbw times the op's bus factor."""
+        return self.algbw_gb_per_s * self.bus_factor
+
+    @property
+    def link_bytes(self) -> int:
+        """The bytes each of a rank's links carries per direction (the bus factor times the size;
+        0 for a single rank): the emulated links' byte counters."""
+        return 0 if self.ranks < 2 else int(round(self.nbytes * self.bus_factor))
 
 
 def _link(topo: Topology, params: CollectiveParams, n: int) -> tuple[float, float, bool]:

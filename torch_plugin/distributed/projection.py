@@ -12,8 +12,9 @@ Assumptions (docs/distributed.md):
   bucket is one all_reduce, timed by ``cost_model.collective_cost`` at ``n`` ranks (its algorithm is
   chosen per bucket size, as NCCL would).
 - Overlap: ``exposed = max(0, comm - overlap * compute)``; ``overlap=0`` (the default) assumes none of
-  the communication hides behind backward (what the emulator measures today, since a collective
-  blocks its rank), ``overlap=1`` the other bound. Both bounds are reported.
+  the communication hides behind backward, ``overlap=1`` the other bound. Both bounds are reported.
+  The emulator overlaps a rank's collectives with its compute where the program allows, so the
+  measured step lies between them.
 - Devices beyond ``topology.devices_per_node`` sit in other nodes: the group's collectives then pay
   the node link (``CollectiveParams.internode_*``), flat algorithms, no hierarchy.
 - Stragglers, jitter and the optimizer step's own communication (none in DDP) are not modelled.
@@ -70,6 +71,37 @@ def project_data_parallel(step_ns: float, grad_bytes: int, topology: cost_model.
             row["samples_per_s"] = samples_per_rank * n / (step * 1e-9)
         rows.append(row)
     return rows
+
+
+def _merged(intervals) -> list:
+    out = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
+def exposed_collective_ns(records, trace, t0_ns: float, t1_ns: float) -> float:
+    """How much of ``[t0_ns, t1_ns]`` the collectives in ``records`` (``collective_records()``
+    rows) kept the links busy while the device ran nothing else: the communication that compute did
+    not hide. ``trace``: the device's ``abi.TraceEntry`` records (``Runtime.command_trace``); its
+    collective commands do not count as compute."""
+    comm = _merged((max(r["start_ns"], t0_ns), min(r["end_ns"], t1_ns)) for r in records)
+    busy = _merged((max(e.start_ns, t0_ns), min(e.end_ns, t1_ns)) for e in trace
+                   if not e.name.startswith("collective.") and e.end_ns > t0_ns and e.start_ns < t1_ns)
+    exposed, j = 0.0, 0
+    for a, b in comm:
+        covered = 0.0
+        while j < len(busy) and busy[j][1] <= a:
+            j += 1
+        k = j
+        while k < len(busy) and busy[k][0] < b:
+            covered += min(b, busy[k][1]) - max(a, busy[k][0])
+            k += 1
+        exposed += (b - a) - covered
+    return exposed
 
 
 def format_projection(rows: list[dict]) -> str:

@@ -151,6 +151,47 @@ try:
 except (NotImplementedError, RuntimeError, ValueError) as err:
     checked["premul_sum_rejected"] = "PREMUL_SUM" in str(err)
 
+# overlap: an async all_reduce occupies the links while compute runs on the current stream; the
+# step ends near max(compute, collective), not at their sum. Then contention: two collectives
+# issued back to back take turns on the device's links.
+import runtime  # noqa: E402
+rt = runtime.get_runtime()
+
+
+def compute(x):
+    for _ in range(6):
+        x = x @ x * 0.01
+    return x
+
+
+x0 = torch.randn(192, 192, device=dev)   # device-bound matmuls on the tiny preset
+big = torch.full((1 << 20,), float(rank + 1), device=dev)
+compute(x0)
+torch.emu.synchronize()
+t0 = rt.host_time_ns()
+compute(x0)
+big.sum()
+torch.emu.synchronize()
+compute_ns = rt.host_time_ns() - t0  # the same step without the collective
+dist.barrier()
+t0 = rt.host_time_ns()
+work = dist.all_reduce(big, async_op=True)
+compute(x0)
+work.wait()
+total = big.sum()  # ordered after the collective by wait()
+torch.emu.synchronize()
+step_ns = rt.host_time_ns() - t0
+overlap_rec = emu_dist.collective_records()[-1]
+check("overlapped_all_reduce", total, torch.tensor(float(sum(range(1, world + 1)) * (1 << 20))))
+a, b = torch.ones(1 << 16, device=dev), torch.ones(1 << 16, device=dev)
+w1 = dist.all_reduce(a, async_op=True)
+w2 = dist.all_reduce(b, async_op=True)
+w1.wait(), w2.wait()
+check("back_to_back_all_reduce", torch.stack([a, b]).cpu(), torch.full((2, 1 << 16), float(world)))
+first, second = emu_dist.collective_records()[-2:]
+link_trace = [(e.name, e.start_ns, e.end_ns, e.engines) for e in rt.command_trace(local)
+              if e.name.startswith("collective.all_reduce") and e.engines]
+
 # simulated time agrees: after a barrier every rank's clock is at the same completion time
 if rank == 0:  # rank 0 does extra device work first: it arrives late
     x = torch.randn(64, 64, device=dev)
@@ -158,7 +199,6 @@ if rank == 0:  # rank 0 does extra device work first: it arrives late
         x = x @ x
     torch.emu.synchronize()
 dist.barrier()
-import runtime  # noqa: E402
 now = torch.tensor([runtime.get_runtime().host_time_ns()], dtype=torch.float64)
 clocks = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
 dist.all_gather(clocks, now.to(dev))
@@ -167,7 +207,9 @@ summary = emu_dist.collective_summary()
 result = {"rank": rank, "checked": checked, "clocks_after_barrier": [float(c.cpu()) for c in clocks],
           "ops": sorted(summary), "algorithms": sorted({r["algorithm"] for r in records}),
           "n_records": len(records), "last_barrier": [r for r in records if r["op"] == "barrier"][-1],
-          "backend_name": dist.get_backend()}
+          "backend_name": dist.get_backend(),
+          "overlap": {"compute_ns": compute_ns, "step_ns": step_ns, "record": overlap_rec},
+          "back_to_back": [first, second], "link_trace": link_trace[-3:]}
 if len(sys.argv) > 2:  # FSDP2, tensor parallel and a sharded checkpoint, in the same job
     import parallel_checks  # noqa: E402  (tests/distributed/scripts)
     result["parallel"] = parallel_checks.run(rank, world, dev, sys.argv[2])
