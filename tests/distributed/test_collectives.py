@@ -73,6 +73,16 @@ def test_collectives_of_a_rank_take_turns_on_its_links(job):
     assert results[0]["back_to_back"][1]["end_ns"] == results[1]["back_to_back"][1]["end_ns"]
 
 
+def test_the_profiler_reports_a_collective_per_op_with_its_link_time(job):
+    results, _ = job
+    for res in results:
+        p = res["profiled"]
+        assert p["row"] is not None, "no c10d::all_reduce row in the profile report"
+        assert p["row"]["bound"] == "interconnect" and p["row"]["path"] == "native"
+        assert "collective.all_reduce" in p["row"]["kernel"]
+        assert p["row"]["time_s"] * 1e9 == pytest.approx(p["duration_ns"])
+
+
 def test_peer_link_error_fails_the_collective_on_every_rank_with_its_cause_chain(job):
     results, _ = job
     for res in results:

@@ -25,6 +25,7 @@ gloo directly, unmodelled: they are host work.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import threading
@@ -38,6 +39,7 @@ from torch.futures import Future
 
 import runtime
 from torch_plugin.distributed import cost_model
+from torch_plugin.ops import registry
 from torch_plugin.ops._common import current_stream, device_ref, host_ref
 
 _RED = ReduceOp.RedOpType
@@ -129,6 +131,22 @@ def _staged(t: torch.Tensor, reads: list) -> torch.Tensor:
     host = torch.empty(t.shape, dtype=t.dtype)
     reads.append((host, t))
     return host
+
+
+@contextlib.contextmanager
+def _as_op(op: str, tensors):
+    """While telemetry or a profiler is open, the collective is an op record ``c10d::<op>`` (path
+    native) that its device commands belong to, so the profiler reports its modelled time per op."""
+    if not registry._observers:
+        yield
+        return
+    record = registry.begin_op(f"c10d::{op}", tuple(tensors), {})
+    path = None
+    try:
+        yield
+        path = registry.NATIVE
+    finally:
+        registry.end_op(record, path)
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
@@ -434,6 +452,10 @@ class EmuProcessGroup(dist.ProcessGroup):
         ready times exchanged, ``launch()`` runs gloo on the host buffers (waited for here), then
         ``post()`` on the host, and the device command writes ``writes`` (emu output, host
         buffer). CPU outputs in ``writes`` are copied on the host at once."""
+        with _as_op(op, device_tensors):
+            return self._collective_steps(op, device_tensors, reads, launch, writes, nbytes, result, post)
+
+    def _collective_steps(self, op, device_tensors, reads, launch, writes, nbytes, result, post) -> EmuWork:
         seq = self._enter(op)
         device = _emu_device(device_tensors)
         fault = self._probe_link(device_tensors)
@@ -734,6 +756,10 @@ class EmuProcessGroup(dist.ProcessGroup):
         a round trip); gloo's send completes when the peer takes it, which ``wait`` waits for."""
         if not _is_emu(tensors):
             return self._gloo.send(tensors, dst, tag)
+        with _as_op("send", tensors):
+            return self._send(tensors, dst, tag)
+
+    def _send(self, tensors, dst: int, tag: int):
         seq = self._enter("send")
         device = _emu_device(tensors)
         reads = []
@@ -750,6 +776,10 @@ class EmuProcessGroup(dist.ProcessGroup):
     def recv(self, tensors, src: int, tag: int):
         if not _is_emu(tensors):
             return self._gloo.recv(tensors, src, tag)
+        with _as_op("recv", tensors):
+            return self._recv(tensors, src, tag)
+
+    def _recv(self, tensors, src: int, tag: int):
         seq = self._enter("recv")
         device = _emu_device(tensors)
         host = [_host_empty(t) for t in tensors]

@@ -192,6 +192,16 @@ first, second = emu_dist.collective_records()[-2:]
 link_trace = [(e.name, e.start_ns, e.end_ns, e.engines) for e in rt.command_trace(local)
               if e.name.startswith("collective.all_reduce") and e.engines]
 
+# the profiler reports a collective per op, with its modelled time on the links
+with torch.emu.profile() as prof:
+    work = dist.all_reduce(torch.ones(1 << 16, device=dev), async_op=True)
+    work.wait()
+    torch.emu.synchronize()
+row = next((r for r in prof.report().ops if r.op == "c10d::all_reduce"), None)
+profiled = {"row": None if row is None else {"bound": row.bound, "time_s": row.time_s, "path": row.path,
+                                             "kernel": row.kernel},
+            "duration_ns": emu_dist.collective_records()[-1]["duration_ns"]}
+
 # simulated time agrees: after a barrier every rank's clock is at the same completion time
 if rank == 0:  # rank 0 does extra device work first: it arrives late
     x = torch.randn(64, 64, device=dev)
@@ -209,7 +219,7 @@ result = {"rank": rank, "checked": checked, "clocks_after_barrier": [float(c.cpu
           "n_records": len(records), "last_barrier": [r for r in records if r["op"] == "barrier"][-1],
           "backend_name": dist.get_backend(),
           "overlap": {"compute_ns": compute_ns, "step_ns": step_ns, "record": overlap_rec},
-          "back_to_back": [first, second], "link_trace": link_trace[-3:]}
+          "back_to_back": [first, second], "link_trace": link_trace[-3:], "profiled": profiled}
 if len(sys.argv) > 2:  # FSDP2, tensor parallel and a sharded checkpoint, in the same job
     import parallel_checks  # noqa: E402  (tests/distributed/scripts)
     result["parallel"] = parallel_checks.run(rank, world, dev, sys.argv[2])
