@@ -256,6 +256,9 @@ class HostConfig(_Validated):
                                              minimum=1e-6)
     fallback_overhead_ns: float = param(5000.0, "ns", "fixed host cost of dispatching one op to the host CPU",
                                         minimum=0.0)
+    interrupt_service_ns: float = param(1000.0, "ns", "host CPU time the driver spends servicing one device "
+                                                      "interrupt (stolen from the host thread when it arrives "
+                                                      "while that thread runs)", minimum=0.0)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ Not modelled: the Python time of the torch plugin itself between runtime calls.
 from __future__ import annotations
 
 SYNC, BACKPRESSURE = "sync", "backpressure"
-DEFAULT_INTERRUPT_NS = 1000.0  # when the hardware description has no host.interrupt_service_ns
+DEFAULT_INTERRUPT_NS = 1000.0  # host.interrupt_service_ns's default (a description without the field)
 
 
 class HostClock:

@@ -59,3 +59,12 @@ def test_host_cost_fields_are_validated():
     with pytest.raises(ConfigError, match="fallback_overhead_ns"):
         C.HostConfig(fallback_overhead_ns=-1.0)
     assert C.from_dict({"host": {"flops_per_s": 1e12}}).host.flops_per_s == 1e12
+
+
+def test_the_interrupt_cost_comes_from_the_hardware_description(tmp_path):
+    import runtime
+    path = tmp_path / "irq.toml"
+    path.write_text('preset = "tiny"\n[host]\ninterrupt_service_ns = 3500.0\n')
+    rt = runtime.Runtime(settings=runtime.Settings(config_path=str(path)))
+    assert rt.clock.interrupt_ns == 3500.0
+    assert runtime.Runtime(settings=runtime.Settings(preset="tiny")).clock.interrupt_ns == 1000.0
