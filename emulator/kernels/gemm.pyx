@@ -76,10 +76,106 @@ cdef extern from *:
     static void ek_blas_restore_threads(int threads) {
         if (ek_blas_set_threads && threads > 1) ek_blas_set_threads(threads);
     }
+
+    /* A helper thread for large GEMMs: the caller splits one GEMM into disjoint column or row
+       blocks of the output ("chunks") and runs them with one single-threaded BLAS call each;
+       the caller and the helper both take chunks, one at a time, so a helper that is not
+       scheduled (a loaded host) only costs the chunk it holds. Each chunk is one BLAS call on a
+       sub-block, which is what OpenBLAS's own threads do (they split M and N, never the K sum). */
+    #include <pthread.h>
+    typedef void (*ek_chunk_fn)(void *arg);
+    static pthread_mutex_t ek_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+    static pthread_cond_t ek_pool_work = PTHREAD_COND_INITIALIZER;
+    static pthread_cond_t ek_pool_done = PTHREAD_COND_INITIALIZER;
+    static ek_chunk_fn ek_job_fn;
+    static char *ek_job_args;
+    static size_t ek_job_stride;
+    static int ek_job_n, ek_job_next, ek_job_finished, ek_job_active;
+    static int ek_pool_state;   /* 0: no helper yet, 1: running, -1: could not start one */
+    static int ek_pool_helpers = 1;
+
+    /* Takes the next chunk of the current job (under ek_pool_mu): its index, or -1. */
+    static int ek_pool_claim(void) {
+        if (!ek_job_active || ek_job_next >= ek_job_n) return -1;
+        return ek_job_next++;
+    }
+    static void *ek_pool_main(void *unused) {
+        int i;
+        ek_chunk_fn fn;
+        char *arg;
+        (void)unused;
+        ek_blas_single_thread();   /* this thread's own BLAS count (thread-local): one */
+        pthread_mutex_lock(&ek_pool_mu);
+        for (;;) {
+            while ((i = ek_pool_claim()) < 0) pthread_cond_wait(&ek_pool_work, &ek_pool_mu);
+            fn = ek_job_fn;
+            arg = ek_job_args + (size_t)i * ek_job_stride;
+            pthread_mutex_unlock(&ek_pool_mu);
+            fn(arg);
+            pthread_mutex_lock(&ek_pool_mu);
+            if (++ek_job_finished == ek_job_n) pthread_cond_signal(&ek_pool_done);
+        }
+        return NULL;
+    }
+    /* A child of fork() has no helper thread: it starts its own when it needs one. */
+    static void ek_pool_after_fork(void) {
+        pthread_mutex_init(&ek_pool_mu, NULL);
+        pthread_cond_init(&ek_pool_work, NULL);
+        pthread_cond_init(&ek_pool_done, NULL);
+        ek_job_active = 0;
+        ek_pool_state = 0;
+    }
+    /* Runs fn(args + i * stride) for i in [0, n), on this thread and the helper; returns when
+       all are done. Without a helper (disabled, or it could not start) all run here. */
+    static void ek_pool_run(ek_chunk_fn fn, void *args, size_t stride, int n) {
+        int i;
+        pthread_t tid;
+        pthread_attr_t attr;
+        if (n > 1 && ek_pool_helpers > 0 && ek_pool_state == 0) {
+            static int forks_handled;
+            if (!forks_handled) forks_handled = pthread_atfork(NULL, NULL, ek_pool_after_fork) == 0;
+            ek_pool_state = -1;
+            if (forks_handled && pthread_attr_init(&attr) == 0) {
+                pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+                if (pthread_create(&tid, &attr, ek_pool_main, NULL) == 0) ek_pool_state = 1;
+                pthread_attr_destroy(&attr);
+            }
+        }
+        if (n <= 1 || ek_pool_state != 1 || ek_pool_helpers <= 0) {
+            for (i = 0; i < n; i++) fn((char *)args + (size_t)i * stride);
+            return;
+        }
+        pthread_mutex_lock(&ek_pool_mu);
+        ek_job_fn = fn;
+        ek_job_args = (char *)args;
+        ek_job_stride = stride;
+        ek_job_n = n;
+        ek_job_next = 0;
+        ek_job_finished = 0;
+        ek_job_active = 1;
+        pthread_cond_signal(&ek_pool_work);
+        while ((i = ek_pool_claim()) >= 0) {
+            pthread_mutex_unlock(&ek_pool_mu);
+            fn((char *)args + (size_t)i * stride);
+            pthread_mutex_lock(&ek_pool_mu);
+            ++ek_job_finished;
+        }
+        while (ek_job_finished < ek_job_n) pthread_cond_wait(&ek_pool_done, &ek_pool_mu);
+        ek_job_active = 0;
+        pthread_mutex_unlock(&ek_pool_mu);
+    }
+    static int ek_pool_set_helpers(int n) {
+        int old = ek_pool_helpers;
+        ek_pool_helpers = n > 0 ? 1 : 0;
+        return old;
+    }
     """
     void ek_blas_probe(void* sgemm_ptr)
     int ek_blas_single_thread() noexcept nogil
     void ek_blas_restore_threads(int threads) noexcept nogil
+    ctypedef void (*ek_chunk_fn)(void* arg) noexcept nogil
+    void ek_pool_run(ek_chunk_fn fn, void* args, size_t stride, int n) noexcept nogil
+    int ek_pool_set_helpers(int n) noexcept nogil
 
 ek_blas_probe(<void*>sgemm)
 
@@ -137,6 +233,89 @@ cdef void _pack(const char* p, int dt, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t 
     cdef Py_ssize_t r
     for r in range(rows):
         load_block(p + r * s0, s1, dt, cols, dst + r * cols)
+
+
+# One BLAS call of a GEMM split in blocks (see ek_pool_run): column-major C (m x n) =
+# beta * C + alpha * op(A) (m x k) @ op(B) (k x n), the BLAS view of the row-major product.
+ctypedef struct _BlasChunk:
+    char ta
+    char tb
+    int m, n, k, lda, ldb, ldc
+    bint dbl
+    double alpha, beta
+    void* A
+    void* B
+    void* C
+
+# Split only GEMMs of at least this many multiply-adds (m * n * k), at most _MAX_CHUNKS ways, in
+# blocks of at least _CHUNK_MNK multiply-adds and a multiple of _CHUNK_ALIGN rows or columns.
+# Small GEMMs stay one call: waking the helper costs some microseconds.
+cdef enum:
+    _MAX_CHUNKS = 4
+    _CHUNK_MNK = 8000000
+    _CHUNK_ALIGN = 64
+
+
+cdef void _run_chunk(void* arg) noexcept nogil:
+    cdef _BlasChunk* c = <_BlasChunk*>arg
+    cdef float salpha, sbeta
+    if c.dbl:
+        dgemm(&c.ta, &c.tb, &c.m, &c.n, &c.k, &c.alpha, <double*>c.A, &c.lda, <double*>c.B, &c.ldb,
+              &c.beta, <double*>c.C, &c.ldc)
+    else:
+        salpha, sbeta = <float>c.alpha, <float>c.beta
+        sgemm(&c.ta, &c.tb, &c.m, &c.n, &c.k, &salpha, <float*>c.A, &c.lda, <float*>c.B, &c.ldb,
+              &sbeta, <float*>c.C, &c.ldc)
+
+
+cdef void _blas_gemm(char ta, char tb, int m, int n, int k, real_t alpha, real_t* A, int lda,
+                     real_t* B, int ldb, real_t beta, real_t* C, int ldc) noexcept nogil:
+    """BLAS gemm (column-major), as one call or as up to _MAX_CHUNKS calls on disjoint blocks of
+    C split along its longer side (m: rows of op(A); n: columns of op(B)), run on this thread and
+    the helper. Every element of C is computed by the same kernel over the same K order either way."""
+    cdef _BlasChunk chunks[_MAX_CHUNKS]
+    cdef double mnk = <double>m * n * k
+    cdef int pieces = <int>(mnk / _CHUNK_MNK), along_m = m >= n, extent = m if m >= n else n
+    cdef int step, lo, hi, count = 0
+    cdef _BlasChunk* c
+    if pieces > _MAX_CHUNKS:
+        pieces = _MAX_CHUNKS
+    if pieces > extent // _CHUNK_ALIGN:
+        pieces = extent // _CHUNK_ALIGN
+    if pieces < 2:
+        if real_t is float:
+            sgemm(&ta, &tb, &m, &n, &k, &alpha, A, &lda, B, &ldb, &beta, C, &ldc)
+        else:
+            dgemm(&ta, &tb, &m, &n, &k, &alpha, A, &lda, B, &ldb, &beta, C, &ldc)
+        return
+    step = (extent + pieces - 1) // pieces
+    step = (step + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
+    lo = 0
+    while lo < extent:
+        hi = lo + step if lo + step < extent else extent
+        c = &chunks[count]
+        c.ta, c.tb, c.k, c.lda, c.ldb, c.ldc = ta, tb, k, lda, ldb, ldc
+        c.dbl = real_t is double
+        c.alpha, c.beta = alpha, beta
+        if along_m:   # rows lo..hi of op(A) and of C
+            c.m, c.n = hi - lo, n
+            c.A = <void*>(A + (<Py_ssize_t>lo if ta == b'N' else <Py_ssize_t>lo * lda))
+            c.B = <void*>B
+            c.C = <void*>(C + lo)
+        else:         # columns lo..hi of op(B) and of C
+            c.m, c.n = m, hi - lo
+            c.A = <void*>A
+            c.B = <void*>(B + (<Py_ssize_t>lo * ldb if tb == b'N' else <Py_ssize_t>lo))
+            c.C = <void*>(C + <Py_ssize_t>lo * ldc)
+        count += 1
+        lo = hi
+    ek_pool_run(_run_chunk, <void*>chunks, sizeof(_BlasChunk), count)
+
+
+def set_gemm_helpers(n):
+    """Sets how many helper threads large GEMMs may use (0 or 1); returns the previous count.
+    The results do not depend on it (tests compare both)."""
+    return ek_pool_set_helpers(1 if n else 0)
 
 
 cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
@@ -228,10 +407,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
                 C[i * ldc + j] = 0 if beta == 0 else beta * C[i * ldc + j]
     else:
         threads = ek_blas_single_thread()
-        if real_t is float:
-            sgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
-        else:
-            dgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
+        _blas_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc)
         ek_blas_restore_threads(threads)
 
     if not direct_out:
