@@ -124,6 +124,58 @@ cdef inline void _w_range(Geometry* g, Py_ssize_t kw, Py_ssize_t* lo, Py_ssize_t
     lo[0], hi[0], off[0] = a, b, o
 
 
+cdef inline void _window_row(char* row, const char* src, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n,
+                             Py_ssize_t isz) noexcept nogil:
+    """row[:lo] = 0, row[lo:hi] = src[lo:hi], row[hi:n] = 0 for 4- or 8-byte elements, copied as
+    integers (bit for bit, as memcpy/memset): loops the compiler vectorises, cheaper than three
+    library calls on the short rows of small images. src may be NULL when lo == hi."""
+    cdef Py_ssize_t j
+    cdef uint32_t* r4
+    cdef const uint32_t* s4
+    cdef uint64_t* r8
+    cdef const uint64_t* s8
+    if isz == 4:
+        r4, s4 = <uint32_t*>row, <const uint32_t*>src
+        for j in range(lo):
+            r4[j] = 0
+        for j in range(lo, hi):
+            r4[j] = s4[j]
+        for j in range(hi, n):
+            r4[j] = 0
+    else:
+        r8, s8 = <uint64_t*>row, <const uint64_t*>src
+        for j in range(lo):
+            r8[j] = 0
+        for j in range(lo, hi):
+            r8[j] = s8[j]
+        for j in range(hi, n):
+            r8[j] = 0
+
+
+cdef void _im2col_2d(Geometry* g, char* col, Py_ssize_t* cs, const char* x, Py_ssize_t* xs,
+                     Py_ssize_t isz) noexcept nogil:
+    """_im2col's fast case, a 2-d image (kD = oD = D = 1, no depth padding) of float32/float64
+    read with unit stride along its rows into contiguous column rows: the same bytes, with the row
+    and image pointers stepped instead of recomputed (small images have many short rows)."""
+    cdef Py_ssize_t c, kh, kw, oh, ih, lo, hi, off
+    cdef char* row
+    cdef const char* src
+    for c in range(g.C):
+        for kh in range(g.kH):
+            for kw in range(g.kW):
+                _w_range(g, kw, &lo, &hi, &off)
+                row = col + c * cs[0] + kh * cs[2] + kw * cs[3]
+                src = x + c * xs[0] + off * isz
+                ih = kh * g.dh - g.ph
+                for oh in range(g.oH):
+                    if ih < 0 or ih >= g.H:
+                        _window_row(row, NULL, 0, 0, g.oW, isz)
+                    else:
+                        _window_row(row, src + ih * xs[2], lo, hi, g.oW, isz)
+                    row += cs[5]
+                    ih += g.sh
+
+
 cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x, int xdt,
                   Py_ssize_t* xs) noexcept nogil:
     cdef double buf[BLOCK]
@@ -138,6 +190,9 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
     cdef bint typed = cdt == xdt and (cdt == DT_FLOAT32 or cdt == DT_FLOAT64) and cs[6] == isz
     cdef bint fast = typed and g.sw * xs[3] == isz
     cdef Py_ssize_t step = g.sw * xs[3]
+    if fast and g.kD == 1 and g.oD == 1 and g.D == 1 and g.pd == 0:
+        _im2col_2d(g, col, cs, x, xs, isz)
+        return
     for j in range(BLOCK):
         zeros[j] = 0
     for c in range(g.C):
@@ -152,7 +207,7 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                             row = col + c * cs[0] + kd * cs[1] + kh * cs[2] + kw * cs[3] + od * cs[4] + oh * cs[5]
                             if idd < 0 or idd >= g.D or ih < 0 or ih >= g.H:
                                 if typed:
-                                    memset(row, 0, g.oW * isz)
+                                    _window_row(row, NULL, 0, 0, g.oW, isz)
                                     continue
                                 j = 0
                                 while j < g.oW:
@@ -166,13 +221,8 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                                 store_block(zeros, m, cdt, row + j * cs[6], cs[6])
                                 j += m
                             src = x + c * xs[0] + idd * xs[1] + ih * xs[2]
-                            if fast and lo == 0 and hi == g.oW:
-                                memcpy(row, src + off * isz, g.oW * isz)    # a whole row, as is
-                                continue
-                            if fast:                  # padded row: zeros, the copied run, zeros
-                                memset(row, 0, lo * isz)
-                                memcpy(row + lo * isz, src + (lo + off) * isz, (hi - lo) * isz)
-                                memset(row + hi * isz, 0, (g.oW - hi) * isz)
+                            if fast:                  # zeros, the copied run, zeros
+                                _window_row(row, src + off * isz, lo, hi, g.oW, isz)
                                 continue
                             if typed:                 # a strided read (stride > 1), element by element
                                 if lo > 0:
@@ -349,6 +399,7 @@ cdef void _max_pool(Planes* p, const char* x, int xdt, char* y, int ydt, char* i
     cdef Py_ssize_t n, c, oh, ow, ih0, ih1, iw0, iw1, ih, iw, idx
     cdef const char* plane
     cdef cmp_t val, best
+    cdef bint take
     for n in range(p.N):
         for c in range(p.C):
             plane = x + n * p.xs[0] + c * p.xs[1]
@@ -376,14 +427,13 @@ cdef void _max_pool(Planes* p, const char* x, int xdt, char* y, int ydt, char* i
                                 val = (<const float*>(plane + ih * p.xs[2] + iw * p.xs[3]))[0]
                             else:
                                 load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &val)
+                            # Selects, not branches (the comparison of data mispredicts often).
                             if cmp_t is double:
-                                if val > best or val != val:
-                                    best = val
-                                    idx = ih * p.W + iw
+                                take = (val > best) | (val != val)
                             else:
-                                if val > best:
-                                    best = val
-                                    idx = ih * p.W + iw
+                                take = val > best
+                            best = val if take else best
+                            idx = ih * p.W + iw if take else idx
                             iw += dw
                         ih += dh
                     store_block(&best, 1, ydt, y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0)

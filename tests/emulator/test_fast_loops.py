@@ -113,3 +113,82 @@ def test_elementwise_float32_fast_paths_equal_the_strided_path(op, alpha, scalar
         scale = np.abs(want) if op in ("mul", "div") else np.abs(a64) + np.abs(alpha32 * b64)
     finite = np.isfinite(want) & (scale < 1e30) & (scale > 1e-30)
     assert np.all(np.abs(fast[finite] - want[finite]) <= 2.0 ** -23 * scale[finite])
+
+
+def test_relu_select_keeps_nan_and_negative_zero():
+    from emulator.kernels import elementwise
+    for dt in (D.FLOAT32, D.FLOAT64):
+        x = _data(5, dt)
+        out = np.full(SHAPE, 7, NP[dt])
+        elementwise.unary("relu", out.ctypes.data, dt, _st(out), x.ctypes.data, dt, _st(x), SHAPE, dt)
+        want = np.where(x < 0, np.zeros_like(x), x)          # NaN and -0.0 pass through
+        assert out.tobytes() == want.tobytes()
+    xi = np.arange(-50, 50, dtype=np.int64).reshape(10, 10)
+    out = np.zeros_like(xi)
+    elementwise.unary("relu", out.ctypes.data, D.INT64, _st(out), xi.ctypes.data, D.INT64, _st(xi), xi.shape, D.INT64)
+    assert np.array_equal(out, np.maximum(xi, 0))
+
+
+def _pool_reference(x, k, s, p):
+    n, c, h, w = x.shape
+    oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
+    y = np.zeros((n, c, oh, ow), x.dtype)
+    ind = np.zeros((n, c, oh, ow), np.int64)
+    for i, j, a, b in np.ndindex(n, c, oh, ow):
+        best, idx = -np.inf, None
+        for u in range(max(0, a * s - p), min(h, a * s - p + k)):
+            for v in range(max(0, b * s - p), min(w, b * s - p + k)):
+                val = x[i, j, u, v]
+                if idx is None:
+                    idx = u * w + v
+                if val > best or np.isnan(val):            # the last NaN wins, as CPU's kernel
+                    best, idx = val, u * w + v
+        y[i, j, a, b], ind[i, j, a, b] = best, idx
+    return y, ind
+
+
+def test_max_pool_selects_match_the_reference_with_nan_and_ties():
+    from emulator.kernels import conv
+    rng = np.random.default_rng(3)
+    x = np.round(rng.standard_normal((2, 3, 9, 11)) * 2).astype(np.float32)   # many ties
+    x.flat[::17] = np.nan
+    x.flat[::13] = -0.0
+    for k, s, p in ((3, 2, 1), (2, 2, 0), (3, 1, 1)):
+        want_y, want_i = _pool_reference(x, k, s, p)
+        y, ind = np.zeros_like(want_y), np.zeros_like(want_i)
+        conv.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data,
+                        D.FLOAT32, _st(x), x.shape, k, k, s, s, p, p, 1, 1)
+        assert np.array_equal(y, want_y, equal_nan=True) and np.array_equal(ind, want_i), (k, s, p)
+
+
+def _im2col_reference(x, kh, kw, sh, sw, ph, pw, dh, dw):
+    c, h, w = x.shape
+    oh, ow = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    col = np.zeros((c, 1, kh, kw, 1, oh, ow), x.dtype)
+    for ci, u, v, a, b in np.ndindex(c, kh, kw, oh, ow):
+        ih, iw = a * sh - ph + u * dh, b * sw - pw + v * dw
+        if 0 <= ih < h and 0 <= iw < w:
+            col[ci, 0, u, v, 0, a, b] = x[ci, ih, iw]
+    return col
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_im2col_2d_fast_path_matches_the_reference(dtype):
+    from emulator.kernels import conv
+    code = D.FLOAT32 if dtype == np.float32 else D.FLOAT64
+    rng = np.random.default_rng(4)
+    for (c, h, w), (kh, kw, sh, sw, ph, pw, dh, dw) in [((3, 7, 9), (3, 3, 1, 1, 1, 1, 1, 1)),
+                                                         ((2, 2, 2), (3, 3, 1, 1, 1, 1, 1, 1)),
+                                                         ((4, 8, 5), (2, 3, 2, 1, 0, 2, 1, 2)),
+                                                         ((2, 5, 6), (1, 1, 1, 1, 0, 0, 1, 1)),
+                                                         ((2, 9, 9), (3, 3, 2, 2, 1, 1, 1, 1))]:   # strided: generic
+        x = rng.standard_normal((c, h, w)).astype(dtype)
+        x.flat[::5] = -0.0
+        want = _im2col_reference(x, kh, kw, sh, sw, ph, pw, dh, dw)
+        # the column matrix inside a wider one (a batch's columns), pre-filled with garbage
+        wide = np.full(want.shape[:-1] + (2 * want.shape[-1],), 9, dtype)
+        col = wide[..., :want.shape[-1]]
+        conv.im2col(col.ctypes.data, code, _st(col), col.shape, x.ctypes.data, code, _st(x[:, None]),
+                    (c, 1, h, w), (1, sh, sw, 0, ph, pw, 1, dh, dw))
+        assert col.tobytes() == want.tobytes()
+        assert np.all(wide[..., want.shape[-1]:] == 9)
