@@ -247,12 +247,13 @@ ctypedef struct _BlasChunk:
     void* B
     void* C
 
-# Split only GEMMs of at least this many multiply-adds (m * n * k), at most _MAX_CHUNKS ways, in
-# blocks of at least _CHUNK_MNK multiply-adds and a multiple of _CHUNK_ALIGN rows or columns.
-# Small GEMMs stay one call: waking the helper costs some microseconds.
+# A GEMM is split at most _MAX_CHUNKS ways, in blocks of at least _CHUNK_MNK multiply-adds
+# (m * n * k) and a multiple of _CHUNK_ALIGN rows or columns: small GEMMs stay one call (waking
+# the helper costs some microseconds). Two blocks, one per thread: each block packs the operand
+# the blocks share again, so more blocks measured slower on the 2-core host.
 cdef enum:
-    _MAX_CHUNKS = 4
-    _CHUNK_MNK = 8000000
+    _MAX_CHUNKS = 2
+    _CHUNK_MNK = 4000000
     _CHUNK_ALIGN = 64
 
 

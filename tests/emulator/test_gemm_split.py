@@ -29,9 +29,9 @@ def _matmul(a, b, c, out, alpha, beta, code):
                 alpha)
 
 
-# (M, N, K): split along N (the longer side), along M, uneven last blocks, just above the threshold
+# (M, N, K): split along N (the longer side), along M, uneven last blocks, near the threshold
 SHAPES = [(128, 1536, 384), (1536, 128, 384), (128, 1152, 384), (77, 3001, 129), (3001, 77, 129),
-          (200, 1000, 300), (64, 4096, 64), (333, 777, 555)]
+          (200, 1000, 300), (64, 4096, 64), (333, 777, 555), (64, 1024, 147), (130, 200, 160)]
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
