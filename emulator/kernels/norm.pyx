@@ -495,11 +495,21 @@ cdef void _forward(Walk* outer, Walk* inner, char** op, FwdArgs* a, flt_t* bx, f
                         load_block(p[F_X] + jj * rs[F_X], rs[F_X], a.dt[F_X], m, bx)
                         for i in range(m):
                             bx[i] = (bx[i] - mean) * rstd
-                        if a.has[F_W]:
+                        # A weight or bias constant along the row (batch norm's, per channel) is
+                        # loaded once: the same products and sums.
+                        if a.has[F_W] and rs[F_W] == 0:
+                            v = _load1(p[F_W], a.dt[F_W], one)
+                            for i in range(m):
+                                bx[i] = bx[i] * v
+                        elif a.has[F_W]:
                             load_block(p[F_W] + jj * rs[F_W], rs[F_W], a.dt[F_W], m, bw)
                             for i in range(m):
                                 bx[i] = bx[i] * bw[i]
-                        if a.has[F_B]:
+                        if a.has[F_B] and rs[F_B] == 0:
+                            v = _load1(p[F_B], a.dt[F_B], one)
+                            for i in range(m):
+                                bx[i] = bx[i] + v
+                        elif a.has[F_B]:
                             load_block(p[F_B] + jj * rs[F_B], rs[F_B], a.dt[F_B], m, bb)
                             for i in range(m):
                                 bx[i] = bx[i] + bb[i]
