@@ -21,6 +21,7 @@ from libc.math cimport (fma, fmaf, exp, expf, log, logf, sqrt, sqrtf, tanh, tanh
                         erf, erff, sin, sinf, cos, cosf, fabs, fabsf, NAN)
 
 include "_common.pxi"
+include "_pool.pxi"
 
 cdef enum:
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN
@@ -213,6 +214,74 @@ cdef void _f32_with_scalar(char** ptrs, Py_ssize_t n, int op, bint a_contig, bin
                 o[i] = v[i] / s
 
 
+# Large contiguous float32 launches (the two fast paths above) run in two halves, on this thread
+# and the pool's helper (_pool.pxi): elementwise, so each element is computed the same either way.
+cdef enum:
+    _SPLIT_ELEMENTS = 1 << 17
+
+_split_enabled = True
+
+
+def set_split(bint enabled):
+    """Turns the two-thread split of large launches on or off (results are the same; for tests);
+    returns the old setting."""
+    global _split_enabled
+    old = _split_enabled
+    _split_enabled = enabled
+    return old
+
+
+ctypedef struct _F32Job:
+    char* ptrs[3]
+    Py_ssize_t n
+    int code
+    bint with_scalar, a_contig, b_contig
+    float alpha
+
+
+cdef void _f32_job(void* arg) noexcept nogil:
+    cdef _F32Job* j = <_F32Job*>arg
+    if j.with_scalar:
+        _f32_with_scalar(j.ptrs, j.n, j.code, j.a_contig, j.b_contig, j.alpha)
+    else:
+        _add_f32_contig(j.ptrs, j.n, j.code)
+
+
+cdef bint _disjoint_or_same(char** ptrs, Py_ssize_t n, bint a_contig, bint b_contig) noexcept nogil:
+    """The contiguous output (n float32) overlaps neither input, or is exactly a contiguous one."""
+    cdef char* lo = ptrs[0]
+    cdef char* hi = ptrs[0] + 4 * n
+    cdef char* a_hi = ptrs[1] + (4 * n if a_contig else 4)
+    cdef char* b_hi = ptrs[2] + (4 * n if b_contig else 4)
+    if ptrs[1] < hi and lo < a_hi and not (a_contig and ptrs[1] == lo):
+        return False
+    if ptrs[2] < hi and lo < b_hi and not (b_contig and ptrs[2] == lo):
+        return False
+    return True
+
+
+cdef void _f32_run(char** ptrs, Py_ssize_t n, int code, bint with_scalar, bint a_contig, bint b_contig,
+                   float alpha, bint split) noexcept nogil:
+    cdef _F32Job jobs[2]
+    cdef Py_ssize_t half = n // 2, start
+    cdef int h
+    if not split or n < _SPLIT_ELEMENTS or not _disjoint_or_same(ptrs, n, a_contig, b_contig):
+        if with_scalar:
+            _f32_with_scalar(ptrs, n, code, a_contig, b_contig, alpha)
+        else:
+            _add_f32_contig(ptrs, n, code)
+        return
+    for h in range(2):
+        start = 0 if h == 0 else half
+        jobs[h].ptrs[0] = ptrs[0] + 4 * start
+        jobs[h].ptrs[1] = ptrs[1] + (4 * start if a_contig else 0)
+        jobs[h].ptrs[2] = ptrs[2] + (4 * start if b_contig else 0)
+        jobs[h].n = half if h == 0 else n - half
+        jobs[h].code, jobs[h].with_scalar, jobs[h].a_contig, jobs[h].b_contig = code, with_scalar, a_contig, b_contig
+        jobs[h].alpha = alpha
+    ek_pool_run(_f32_job, <void*>jobs, sizeof(_F32Job), 2)
+
+
 def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
            b_addr, b_dtype, b_strides, shape, compute_dtype, alpha=1):
     """out = cast<out>(op(cast<compute>(a), cast<compute>(b))) elementwise over `shape`.
@@ -233,6 +302,7 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
     cdef float falpha = 1
     cdef double dalpha = 1
     cdef int64_t ialpha = 1
+    cdef bint split
     if op not in _BINARY_OPS:
         raise KernelArgumentError(f"binary: unknown op {op!r} (expected one of {BINARY_OPS})")
     code = _BINARY_OPS[op]
@@ -280,21 +350,22 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
     ptrs[0] = as_ptr(out_addr, "binary out_addr")
     ptrs[1] = as_ptr(a_addr, "binary a_addr")
     ptrs[2] = as_ptr(b_addr, "binary b_addr")
+    split = _split_enabled
 
     with nogil:
         if (odt == DT_FLOAT32 and adt == DT_FLOAT32 and bdt == DT_FLOAT32 and cdt == DT_FLOAT32
                 and it.ndim == 1 and iter_row_stride(&it, 0) == 4 and iter_row_stride(&it, 1) == 4
                 and iter_row_stride(&it, 2) == 4
                 and (code == OP_MUL or code == OP_SUB or (code == OP_ADD and dalpha == 1))):
-            _add_f32_contig(ptrs, it.size, code)
+            _f32_run(ptrs, it.size, code, False, True, True, 1, split)
         elif (odt == DT_FLOAT32 and adt == DT_FLOAT32 and bdt == DT_FLOAT32 and cdt == DT_FLOAT32
                 and it.ndim == 1 and iter_row_stride(&it, 0) == 4
                 and ((iter_row_stride(&it, 1) == 4 and iter_row_stride(&it, 2) == 0)
                      or (iter_row_stride(&it, 1) == 0 and iter_row_stride(&it, 2) == 4)
                      or (code == OP_ADD and iter_row_stride(&it, 1) == 4 and iter_row_stride(&it, 2) == 4))
                 and (code == OP_MUL or code == OP_SUB or code == OP_ADD or code == OP_DIV)):
-            _f32_with_scalar(ptrs, it.size, code, iter_row_stride(&it, 1) != 0, iter_row_stride(&it, 2) != 0,
-                             falpha)
+            _f32_run(ptrs, it.size, code, True, iter_row_stride(&it, 1) != 0, iter_row_stride(&it, 2) != 0,
+                     falpha, split)
         else:
             if code == OP_SUB:           # alpha is already -1 here
                 code = OP_ADD

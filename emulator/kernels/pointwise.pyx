@@ -32,6 +32,9 @@ from libc.math cimport (exp, exp2, expm1, log, log2, log10, log1p, sqrt, sin, co
 include "_common.pxi"
 include "_vecmath.pxi"
 include "_special_math.pxi"
+include "_pool.pxi"
+
+from libc.stdlib cimport malloc, free
 
 cdef enum:
     # unary, floating (integers promote to float before they reach the kernel)
@@ -813,6 +816,16 @@ cdef bint _fast_ternary(int op, double* x, const double* y, const double* z, Py_
 
 
 _fast_loops = True   # tests switch them off to compare them with the generic loops
+_split_enabled = True  # likewise the split of large launches over two threads
+
+
+def set_split(bint enabled):
+    """Turns the two-thread split of large launches on or off (results are the same; for tests);
+    returns the old setting."""
+    global _split_enabled
+    old = _split_enabled
+    _split_enabled = enabled
+    return old
 
 
 def set_fast_loops(bint enabled):
@@ -870,6 +883,79 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
             break
 
 
+# Large floating launches of these ops (pure functions of each element: libm, arithmetic) run in
+# two halves of the iteration's outer dimension, on this thread and the pool's helper (_pool.pxi):
+# each element is computed by the same loops either way.
+cdef enum:
+    _SPLIT_ELEMENTS = 1 << 17
+
+_SPLIT_UNARY = frozenset({U_SQRT, U_RSQRT, U_RECIPROCAL, U_NEG, U_SQUARE, U_ABS, U_RELU, U_EXP, U_TANH,
+                          U_SIGMOID, U_SILU, U_GELU, U_GELU_TANH, U_LOG, U_SIN, U_COS})
+_SPLIT_BINARY = frozenset({B_POW, B_TANH_BWD, B_SIGMOID_BWD, B_SILU_BWD, B_GELU_BWD, B_GELU_TANH_BWD,
+                           B_MAXIMUM, B_MINIMUM})
+_SPLIT_TERNARY = frozenset({T_LERP, T_ADDCMUL, T_ADDCDIV, T_CLAMP})
+
+
+ctypedef struct _FloatJob:
+    NdIter it
+    char* ptrs[4]
+    int arity, op, odt, cdt
+    int dts[3]
+    Params p
+    bint vector, fast
+    double x[BLOCK]
+    double y[BLOCK]
+    double z[BLOCK]
+
+
+cdef void _float_job(void* arg) noexcept nogil:
+    cdef _FloatJob* j = <_FloatJob*>arg
+    _run_float(&j.it, j.ptrs, j.arity, j.op, j.odt, j.dts, j.cdt, &j.p, j.x, j.y, j.z, j.vector, j.fast)
+
+
+cdef bint _splittable(NdIter* it, char** ptrs, int arity) noexcept nogil:
+    """The output overlaps no input, or is exactly one of them (in place, same strides)."""
+    cdef Py_ssize_t lo[4]
+    cdef Py_ssize_t hi[4]
+    cdef int k, d
+    cdef bint same
+    for k in range(arity + 1):
+        lo[k] = hi[k] = <Py_ssize_t>ptrs[k]
+        for d in range(it.ndim):
+            if it.strides[k * MAX_RANK + d] > 0:
+                hi[k] += it.strides[k * MAX_RANK + d] * (it.shape[d] - 1)
+            else:
+                lo[k] += it.strides[k * MAX_RANK + d] * (it.shape[d] - 1)
+        hi[k] += 8                         # the widest element
+    for k in range(1, arity + 1):
+        if lo[k] < hi[0] and lo[0] < hi[k]:
+            same = ptrs[k] == ptrs[0]
+            for d in range(it.ndim):
+                same = same and it.strides[k * MAX_RANK + d] == it.strides[d]
+            if not same:
+                return False
+    return True
+
+
+cdef void _run_float_split(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt,
+                           Params* p, bint vector, bint fast, _FloatJob* jobs) noexcept nogil:
+    """_run_float over the two halves of dimension 0 of ``it``, as two pool chunks."""
+    cdef Py_ssize_t half = it.shape[0] // 2, start
+    cdef int h, k
+    for h in range(2):
+        jobs[h].it = it[0]
+        jobs[h].it.shape[0] = half if h == 0 else it.shape[0] - half
+        start = 0 if h == 0 else half
+        for k in range(arity + 1):
+            jobs[h].ptrs[k] = ptrs[k] + start * it.strides[k * MAX_RANK]
+        jobs[h].arity, jobs[h].op, jobs[h].odt, jobs[h].cdt = arity, op, odt, cdt
+        for k in range(arity):
+            jobs[h].dts[k] = dts[k]
+        jobs[h].p = p[0]
+        jobs[h].vector, jobs[h].fast = vector, fast
+    ek_pool_run(_float_job, <void*>jobs, sizeof(_FloatJob), 2)
+
+
 cdef int _run_int(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
                   int64_t* x, int64_t* y, int64_t* z) noexcept nogil:
     """Returns 1 on an integer division by zero (the rest of the output is then unspecified)."""
@@ -920,7 +1006,8 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     cdef char* ptrs[4]
     cdef int dts[3]
     cdef int odt, cdt, k, failed = 0
-    cdef bint vector, fast
+    cdef bint vector, fast, split
+    cdef _FloatJob* jobs = NULL
     cdef Params p
     cdef double dx[BLOCK]
     cdef double dy[BLOCK]
@@ -950,8 +1037,18 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
         ptrs[k + 1] = as_ptr(operands[k][0], f"{kind} operand address")
     vector = _vector_op(arity, code, odt, cdt) and _vector_enabled
     fast = _fast_loops
+    split = (_split_enabled and is_floating(cdt) and it.size >= _SPLIT_ELEMENTS and it.shape[0] >= 2
+             and code in (_SPLIT_UNARY, _SPLIT_BINARY, _SPLIT_TERNARY)[arity - 1]
+             and _splittable(&it, ptrs, arity))
+    if split:
+        jobs = <_FloatJob*>malloc(2 * sizeof(_FloatJob))
+        if jobs == NULL:
+            split = False
     with nogil:
-        if is_floating(cdt):
+        if split:
+            _run_float_split(&it, ptrs, arity, code, odt, dts, cdt, &p, vector, fast, jobs)
+            free(jobs)
+        elif is_floating(cdt):
             _run_float(&it, ptrs, arity, code, odt, dts, cdt, &p, dx, dy, dz, vector, fast)
         else:
             failed = _run_int(&it, ptrs, arity, code, odt, dts, cdt, &p, ix, iy, iz)

@@ -13,6 +13,7 @@ from emulator.kernels import pointwise as P
 
 NP = {D.FLOAT32: np.float32, D.FLOAT64: np.float64, D.FLOAT16: np.float16, D.BFLOAT16: ml_dtypes.bfloat16}
 SHAPE = (37, 101)
+BIG = (384, 401)           # above the two-thread split threshold
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -1e-40, 1e-310, 0.5, -0.5, 0.49999997, 1.0, 3.0, -7.0]
 
 
@@ -192,3 +193,79 @@ def test_im2col_2d_fast_path_matches_the_reference(dtype):
                     (c, 1, h, w), (1, sh, sw, 0, ph, pw, 1, dh, dw))
         assert col.tobytes() == want.tobytes()
         assert np.all(wide[..., want.shape[-1]:] == 9)
+
+
+@pytest.fixture
+def split_restored():
+    yield
+    P.set_split(True)
+
+
+@pytest.mark.parametrize("arity,op,params", [(1, "sqrt", ()), (1, "tanh", ()), (1, "exp", ()), (1, "gelu", ()),
+                                             (2, "pow", (1,)), (2, "tanh_backward", ()), (3, "addcmul", (0.9,)),
+                                             (3, "lerp", ()), (3, "addcdiv", (-0.001,))])
+@pytest.mark.parametrize("dt,odt,cdt", [(D.FLOAT32, D.FLOAT32, D.FLOAT32), (D.BFLOAT16, D.BFLOAT16, D.FLOAT32),
+                                        (D.FLOAT64, D.FLOAT64, D.FLOAT64)])
+@pytest.mark.parametrize("layout", ["C", "T", "inplace"])
+def test_large_pointwise_launches_split_over_two_threads_equal_one_thread(arity, op, params, dt, odt, cdt, layout,
+                                                                           split_restored):
+    rng = np.random.default_rng(7)
+    n = BIG[0] * BIG[1]
+
+    def operand(k):
+        x = rng.standard_normal(n) * np.exp(rng.uniform(-3, 3, n))
+        if op == "lerp" and k == 2:
+            x = rng.uniform(-1, 2, n)
+        if op == "pow" and k == 1:
+            x = np.full(n, 3.0)
+        x[:len(SPECIAL)] = SPECIAL
+        x = x.astype(NP[dt]).reshape(BIG)
+        return np.ascontiguousarray(x.T).T if layout == "T" else x
+
+    ins = [operand(k) for k in range(arity)]
+    if op == "pow":
+        ins[1] = np.broadcast_to(ins[1][0, 0], BIG)
+    fn = (P.unary_op, P.binary_op, P.ternary_op)[arity - 1]
+    got = []
+    for split in (False, True):
+        P.set_split(split)
+        if layout == "inplace" and odt == dt:
+            first = ins[0].copy()
+            fn(op, _op(first), _op(first), *[_op(a) for a in ins[1:]], BIG, cdt, params)
+            got.append(first)
+        else:
+            out = np.zeros(BIG, NP[odt])
+            fn(op, _op(out), *[_op(a) for a in ins], BIG, cdt, params)
+            got.append(out)
+    assert got[0].tobytes() == got[1].tobytes()
+
+
+@pytest.mark.parametrize("op,alpha", [("add", 1), ("add", 0.3), ("sub", 1), ("mul", 1), ("div", 1)])
+@pytest.mark.parametrize("case", ["tensors", "scalar_b", "scalar_a", "inplace", "shifted"])
+def test_large_float32_binary_split_over_two_threads_equals_one_thread(op, alpha, case):
+    f32 = D.FLOAT32
+    rng = np.random.default_rng(8)
+    n = BIG[0] * BIG[1]
+    got = []
+    try:
+        for split in (False, True):
+            E.set_split(split)
+            buf = rng.standard_normal(2 * n + 64).astype(np.float32) if not got else base.copy()
+            if not got:
+                base = buf.copy()
+            a, b = buf[:n], buf[n + 64:2 * n + 64]
+            out = np.zeros(n, np.float32)
+            if case == "scalar_b":
+                b = np.broadcast_to(b[:1], (n,))
+            elif case == "scalar_a":
+                a = np.broadcast_to(a[:1], (n,))
+            elif case == "inplace":
+                out = a
+            elif case == "shifted":    # the output overlaps an input half a row along: never split
+                out = buf[7:7 + n]
+            E.binary(op, out.ctypes.data, f32, _st(out), a.ctypes.data, f32, _st(a), b.ctypes.data, f32, _st(b),
+                     (n,), f32, alpha)
+            got.append(buf.copy() if case in ("inplace", "shifted") else out.copy())
+    finally:
+        E.set_split(True)
+    assert got[0].tobytes() == got[1].tobytes()
