@@ -269,3 +269,20 @@ def test_large_float32_binary_split_over_two_threads_equals_one_thread(op, alpha
     finally:
         E.set_split(True)
     assert got[0].tobytes() == got[1].tobytes()
+
+
+def test_softmax_exp_below_its_range_is_zero_and_subnormals_are_kept():
+    # The vector exp sets lanes below -104 (a masked row's -inf) to +0 without computing them;
+    # values just above keep their float32 subnormal results.
+    from emulator.kernels import norm
+    row = np.array([0.0, -88.0, -95.0, -103.0, -103.97, -104.0, -104.5, -150.0, -1e30, -np.inf, -np.inf, -np.inf,
+                    -120.0, -90.0, -np.inf, -104.01, -200.0], np.float32)
+    x = np.tile(row, (3, 1))
+    out = np.full_like(x, 7)
+    norm.softmax(out.ctypes.data, D.FLOAT32, _st(out), x.ctypes.data, D.FLOAT32, _st(x), x.shape, 1, False)
+    want = np.exp(row.astype(np.float64))
+    want = (want / want.sum()).astype(np.float32)
+    below = row < -104
+    assert np.all(out[:, below].view(np.uint32) == 0)            # +0.0, not -0.0
+    assert np.all(out[:, 1:4] > 0) and np.all(out[:, 1:4] < np.finfo(np.float32).tiny * 2 ** 23)
+    np.testing.assert_allclose(out[0, ~below], want[~below], rtol=3e-7, atol=2e-45)
