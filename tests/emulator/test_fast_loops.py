@@ -286,3 +286,49 @@ def test_softmax_exp_below_its_range_is_zero_and_subnormals_are_kept():
     assert np.all(out[:, below].view(np.uint32) == 0)            # +0.0, not -0.0
     assert np.all(out[:, 1:4] > 0) and np.all(out[:, 1:4] < np.finfo(np.float32).tiny * 2 ** 23)
     np.testing.assert_allclose(out[0, ~below], want[~below], rtol=3e-7, atol=2e-45)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("batch", [8, 1])
+def test_large_max_pool_split_over_two_threads_equals_one_thread(dtype, batch):
+    from emulator.kernels import conv
+    code = {np.float32: D.FLOAT32, np.float64: D.FLOAT64, np.int64: D.INT64}[dtype]
+    rng = np.random.default_rng(9)
+    x = np.round(rng.standard_normal((batch, 64 // batch * 8, 32, 33)) * 4).astype(dtype)
+    if dtype != np.int64:
+        x.flat[::29] = np.nan
+    got = []
+    try:
+        for split in (False, True):
+            conv.set_split(split)
+            y = np.zeros((x.shape[0], x.shape[1], 16, 17), dtype)
+            ind = np.zeros(y.shape, np.int64)
+            conv.max_pool2d(y.ctypes.data, code, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data, code,
+                            _st(x), x.shape, 3, 3, 2, 2, 1, 1, 1, 1)
+            got.append((y.tobytes(), ind.tobytes()))
+    finally:
+        conv.set_split(True)
+    assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("geometry", [(3, 3, 1, 1, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1, 1, 1), (2, 2, 1, 1, 0, 0, 2, 2)])
+def test_large_im2col_split_over_two_threads_equals_one_thread_and_the_reference(dtype, geometry):
+    from emulator.kernels import conv
+    code = D.FLOAT32 if dtype == np.float32 else D.FLOAT64
+    kh, kw, sh, sw, ph, pw, dh, dw = geometry
+    rng = np.random.default_rng(10)
+    c, h, w = 130, 16, 17
+    x = rng.standard_normal((c, h, w)).astype(dtype)
+    want = _im2col_reference(x, kh, kw, sh, sw, ph, pw, dh, dw)
+    got = []
+    try:
+        for split in (False, True):
+            conv.set_split(split)
+            col = np.full(want.shape, 9, dtype)
+            conv.im2col(col.ctypes.data, code, _st(col), col.shape, x.ctypes.data, code, _st(x[:, None]),
+                        (c, 1, h, w), (1, sh, sw, 0, ph, pw, 1, dh, dw))
+            got.append(col.tobytes())
+    finally:
+        conv.set_split(True)
+    assert got[0] == got[1] == want.tobytes()
