@@ -246,7 +246,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     cdef const char* hi_o
     cdef const char* lo_x
     cdef const char* hi_x
-    cdef bint direct_out, pack_a = False, pack_b = False
+    cdef bint direct_out, pack_a = False, pack_b = False, c_in_out = False
     cdef int threads, rc
 
     # bfloat16 x bfloat16 runs on the host's AMX tiles where it has them (_amx.pxi).
@@ -273,6 +273,17 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
             direct_out = direct_out and not _overlaps(lo_o, hi_o, lo_x, hi_x)
         if beta != 0 and not (c == out and cdt == odt and cs0 == os0 and cs1 == os1):
             direct_out = False
+            # C elsewhere (a bias): it is widened into the output itself, which BLAS then updates
+            # in place, when the output is a dense row-major buffer that C does not overlap (the
+            # same values, and the same ldc, as the scratch it would take otherwise).
+            if K > 0 and ldc == N and not (pack_a or pack_b):
+                _extent(a, as0, as1, M, K, itemsize_of(adt), &lo_x, &hi_x)
+                c_in_out = not _overlaps(lo_o, hi_o, lo_x, hi_x)
+                _extent(b, bs0, bs1, K, N, itemsize_of(bdt), &lo_x, &hi_x)
+                c_in_out = c_in_out and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+                _extent(c, cs0, cs1, M, N, itemsize_of(cdt), &lo_x, &hi_x)
+                c_in_out = c_in_out and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+                direct_out = c_in_out
 
     # 2. Scratch.
     if pack_a:
@@ -306,6 +317,8 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
             _pack(c, cdt, cs0, cs1, M, N, cbuf)      # C widened exactly to fp32/fp64
         C = cbuf
         ldc = N
+    elif c_in_out:
+        _pack(c, cdt, cs0, cs1, M, N, C)             # likewise, into the output
 
     if K == 0:
         # Empty sum: out = beta * C.  Done here because BLAS implementations

@@ -69,3 +69,20 @@ def test_helper_switch_reports_the_previous_setting(restore_helpers):
     gemm.set_gemm_helpers(1)
     assert gemm.set_gemm_helpers(0) == 1
     assert gemm.set_gemm_helpers(1) == 0
+
+
+@pytest.mark.parametrize("shift", [0, 3])
+def test_bias_is_read_before_the_output_is_written(shift, restore_helpers):
+    # C (here a bias-like matrix) overlapping the output: its values are those before the launch.
+    m, n, k = 128, 400, 96
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    buf = rng.standard_normal(m * n + 8).astype(np.float32)
+    c = buf[shift:shift + m * n].reshape(m, n)
+    c_before = c.copy()
+    out = buf[:m * n].reshape(m, n)
+    separate = np.zeros((m, n), np.float32)
+    _matmul(a, b, c_before, separate, 1.0, 0.5, D.FLOAT32)     # C elsewhere: widened into the output
+    _matmul(a, b, c, out, 1.0, 0.5, D.FLOAT32)
+    assert out.tobytes() == separate.tobytes()
