@@ -19,6 +19,7 @@ cdef extern from *:
     static int ek_job_n, ek_job_next, ek_job_finished, ek_job_active;
     static int ek_pool_state;   /* 0: no helper yet, 1: running, -1: could not start one */
     static int ek_pool_helpers = 1;
+    static __thread int ek_pool_in_job;   /* a chunk running on this thread: no nested split */
 
     /* Takes the next chunk of the current job (under ek_pool_mu): its index, or -1. */
     static int ek_pool_claim(void) {
@@ -30,6 +31,7 @@ cdef extern from *:
         ek_chunk_fn fn;
         char *arg;
         (void)unused;
+        ek_pool_in_job = 1;
         pthread_mutex_lock(&ek_pool_mu);
         for (;;) {
             while ((i = ek_pool_claim()) < 0) pthread_cond_wait(&ek_pool_work, &ek_pool_mu);
@@ -66,10 +68,11 @@ cdef extern from *:
                 pthread_attr_destroy(&attr);
             }
         }
-        if (n <= 1 || ek_pool_state != 1 || ek_pool_helpers <= 0) {
+        if (n <= 1 || ek_pool_state != 1 || ek_pool_helpers <= 0 || ek_pool_in_job) {
             for (i = 0; i < n; i++) fn((char *)args + (size_t)i * stride);
             return;
         }
+        ek_pool_in_job = 1;
         pthread_mutex_lock(&ek_pool_mu);
         ek_job_fn = fn;
         ek_job_args = (char *)args;
@@ -88,6 +91,7 @@ cdef extern from *:
         while (ek_job_finished < ek_job_n) pthread_cond_wait(&ek_pool_done, &ek_pool_mu);
         ek_job_active = 0;
         pthread_mutex_unlock(&ek_pool_mu);
+        ek_pool_in_job = 0;
     }
     static int ek_pool_set_helpers(int n) {
         int old = ek_pool_helpers;

@@ -220,6 +220,52 @@ cdef void _blas_gemm(char ta, char tb, int m, int n, int k, real_t alpha, real_t
     ek_pool_run(_run_chunk, <void*>chunks, sizeof(_BlasChunk), count)
 
 
+# bmm/baddbmm of float32/float64 operands: the batch in two halves on this thread and the helper,
+# when the outputs overlap no operand (each entry is the same _gemm call either way).
+ctypedef struct _BatchJob:
+    char* po
+    char* pa
+    char* pb
+    char* pc
+    int odt, adt, bdt, cdt
+    Py_ssize_t osb, os0, os1, asb, as0, as1, bsb, bs0, bs1, csb, cs0, cs1
+    Py_ssize_t lo, hi
+    int m, n, k
+    bint f64
+    double alpha, beta
+    int rc
+
+
+cdef void _batch_job(void* arg) noexcept nogil:
+    cdef _BatchJob* j = <_BatchJob*>arg
+    cdef Py_ssize_t i
+    j.rc = 0
+    for i in range(j.lo, j.hi):
+        if j.f64:
+            j.rc = _gemm(j.po + i * j.osb, j.odt, j.os0, j.os1, j.pa + i * j.asb, j.adt, j.as0, j.as1,
+                         j.pb + i * j.bsb, j.bdt, j.bs0, j.bs1, j.pc + i * j.csb, j.cdt, j.cs0, j.cs1,
+                         j.m, j.n, j.k, j.alpha, j.beta)
+        else:
+            j.rc = _gemm(j.po + i * j.osb, j.odt, j.os0, j.os1, j.pa + i * j.asb, j.adt, j.as0, j.as1,
+                         j.pb + i * j.bsb, j.bdt, j.bs0, j.bs1, j.pc + i * j.csb, j.cdt, j.cs0, j.cs1,
+                         j.m, j.n, j.k, <float>j.alpha, <float>j.beta)
+        if j.rc != 0:
+            break
+
+
+cdef inline void _extent3(const char* p, Py_ssize_t sb, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t nb,
+                          Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t isz, const char** lo,
+                          const char** hi) noexcept nogil:
+    cdef const char* a
+    cdef const char* b
+    _extent(p, s0, s1, n0, n1, isz, &a, &b)
+    if sb >= 0:
+        b += sb * (nb - 1)
+    else:
+        a += sb * (nb - 1)
+    lo[0], hi[0] = a, b
+
+
 def set_gemm_helpers(n):
     """Sets how many helper threads large GEMMs may use (0 or 1); returns the previous count.
     The results do not depend on it (tests compare both)."""
@@ -522,6 +568,13 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
     cdef char* scratch = NULL
     cdef double dbeta = float(beta), dalpha = float(alpha)
     cdef int64_t ibeta = 0, ialpha = 0
+    cdef bint split
+    cdef int h
+    cdef _BatchJob jobs[2]
+    cdef const char* lo_o
+    cdef const char* hi_o
+    cdef const char* lo_x
+    cdef const char* hi_x
     for v, name in ((batch, "batch"), (M, "M"), (N, "N"), (K, "K")):
         if not hasattr(v, "__index__") or not (0 <= v < 2**31):
             raise KernelArgumentError(f"bmatmul: {name} must be an int in [0, 2**31), got {v!r}")
@@ -551,6 +604,37 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
         pc = as_ptr(c_addr, "bmatmul c_addr")
     if integer:
         ibeta, ialpha = _int_scalar(beta, "beta"), _int_scalar(alpha, "alpha")
+    split = (not integer and not reduce and nb >= 2 and (adt == DT_FLOAT32 or adt == DT_FLOAT64)
+             and (bdt == DT_FLOAT32 or bdt == DT_FLOAT64) and <double>nb * m * n * k >= _CHUNK_MNK)
+    if split:
+        _extent3(po, osb, os0, os1, nb, m, n, itemsize_of(odt), &lo_o, &hi_o)
+        if k > 0:
+            _extent3(pa, asb, as0, as1, nb, m, k, itemsize_of(adt), &lo_x, &hi_x)
+            split = not _overlaps(lo_o, hi_o, lo_x, hi_x)
+            _extent3(pb, bsb, bs0, bs1, nb, k, n, itemsize_of(bdt), &lo_x, &hi_x)
+            split = split and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+        if dbeta != 0:
+            _extent3(pc, csb, cs0, cs1, nb, m, n, itemsize_of(cdt), &lo_x, &hi_x)
+            split = split and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+    if split:
+        for h in range(2):
+            jobs[h].po, jobs[h].pa, jobs[h].pb, jobs[h].pc = po, pa, pb, pc
+            jobs[h].odt, jobs[h].adt, jobs[h].bdt, jobs[h].cdt = odt, adt, bdt, cdt
+            jobs[h].osb, jobs[h].os0, jobs[h].os1 = osb, os0, os1
+            jobs[h].asb, jobs[h].as0, jobs[h].as1 = asb, as0, as1
+            jobs[h].bsb, jobs[h].bs0, jobs[h].bs1 = bsb, bs0, bs1
+            jobs[h].csb, jobs[h].cs0, jobs[h].cs1 = csb, cs0, cs1
+            jobs[h].lo = 0 if h == 0 else nb // 2
+            jobs[h].hi = nb // 2 if h == 0 else nb
+            jobs[h].m, jobs[h].n, jobs[h].k = <int>m, <int>n, <int>k
+            jobs[h].f64 = f64
+            jobs[h].alpha, jobs[h].beta = dalpha, dbeta
+        with nogil:
+            ek_pool_run(_batch_job, <void*>jobs, sizeof(_BatchJob), 2)
+        rc = jobs[0].rc if jobs[0].rc != 0 else jobs[1].rc
+        if rc != 0:
+            raise MemoryError("bmatmul: could not allocate scratch buffers")
+        return
     with nogil:
         if not reduce:
             for i in range(nb):

@@ -86,3 +86,44 @@ def test_bias_is_read_before_the_output_is_written(shift, restore_helpers):
     _matmul(a, b, c_before, separate, 1.0, 0.5, D.FLOAT32)     # C elsewhere: widened into the output
     _matmul(a, b, c, out, 1.0, 0.5, D.FLOAT32)
     assert out.tobytes() == separate.tobytes()
+
+
+def _bmm(a, b, c, out, alpha, beta, code):
+    nb, m, k = a.shape
+    n = b.shape[2]
+    gemm.bmatmul(out.ctypes.data, code, _st(out), a.ctypes.data, code, _st(a), b.ctypes.data, code, _st(b),
+                 nb, m, n, k, beta, c.ctypes.data if c is not None else 0, code,
+                 _st(c) if c is not None else (0, 0, 0), alpha)
+
+
+@pytest.mark.parametrize("shape", [(6, 128, 128, 64), (7, 128, 64, 128), (3, 200, 100, 300)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["plain", "transposed_b", "bias", "c_is_out", "out_is_a"])
+def test_split_bmm_equals_one_thread(shape, dtype, case, restore_helpers):
+    # The batch runs in two halves on two threads unless the output overlaps an operand.
+    nb, m, n, k = shape
+    code = D.FLOAT32 if dtype == np.float32 else D.FLOAT64
+    rng = np.random.default_rng(nb * m + n + k)
+    got = []
+    for helpers in (0, 1):
+        gemm.set_gemm_helpers(helpers)
+        r = np.random.default_rng(0)
+        a = r.standard_normal((nb, m, k)).astype(dtype)
+        b = r.standard_normal((nb, k, n)).astype(dtype)
+        if case == "transposed_b":
+            b = np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1)
+        c = r.standard_normal((nb, m, n)).astype(dtype)
+        out = np.zeros((nb, m, n), dtype)
+        beta = 0.0
+        if case == "bias":
+            beta = 0.5
+        elif case == "c_is_out":
+            out, c, beta = c, c, 1.5
+        elif case == "out_is_a" and m == k:
+            out = a
+        elif case == "out_is_a":
+            pytest.skip("needs a square A")
+        _bmm(a, b, c, out, 0.75, beta, code)
+        got.append(out.copy())
+    assert got[0].tobytes() == got[1].tobytes()
+    del rng
