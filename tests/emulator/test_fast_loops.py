@@ -332,3 +332,47 @@ def test_large_im2col_split_over_two_threads_equals_one_thread_and_the_reference
     finally:
         conv.set_split(True)
     assert got[0] == got[1] == want.tobytes()
+
+
+@pytest.mark.parametrize("kind", ["layer", "batch_train", "batch_eval", "rms", "inplace"])
+def test_large_norm_forward_split_over_two_threads_equals_one_thread(kind):
+    from emulator.kernels import norm
+    rng = np.random.default_rng(12)
+    f32 = D.FLOAT32
+    shape = (256, 384) if kind in ("layer", "rms", "inplace") else (64, 8, 300)
+    outer = shape[0]
+
+    def op(a, strides=None):
+        return (a.ctypes.data, f32, strides if strides is not None else _st(a))
+
+    results = []
+    try:
+        for split in (False, True):
+            norm.set_split(split)
+            r = np.random.default_rng(0)
+            x = (r.standard_normal(shape) * 3 + 1).astype(np.float32)
+            y = x if kind == "inplace" else np.zeros(shape, np.float32)
+            inner = shape[1:]
+            if kind in ("layer", "rms", "inplace"):
+                w = r.standard_normal(inner).astype(np.float32)
+                b = r.standard_normal(inner).astype(np.float32)
+                wop, bop = op(w, (0, 1)), op(b, (0, 1))
+            else:   # per channel: constant over the inner dims
+                w = r.standard_normal(outer).astype(np.float32)
+                b = r.standard_normal(outer).astype(np.float32)
+                wop, bop = op(w, (1, 0, 0)), op(b, (1, 0, 0))
+            mean_out, rstd_out = np.zeros(outer, np.float32), np.zeros(outer, np.float32)
+            run_mean, run_var = r.standard_normal(outer).astype(np.float32), r.uniform(1, 2, outer).astype(np.float32)
+            stats_in = (None, None)
+            stats_out = (op(mean_out), op(rstd_out))
+            running = (None, None)
+            if kind == "batch_train":
+                running = (op(run_mean), op(run_var))
+            if kind == "batch_eval":
+                stats_in, stats_out = (op(run_mean), op(run_var)), (None, None)
+            norm.norm_forward(op(y), op(x), wop, bop, *stats_out, *stats_in, *running, shape, 1, 1e-5, 0.1,
+                              kind != "rms", kind.startswith("batch"))
+            results.append(b"".join(v.tobytes() for v in (y, mean_out, rstd_out, run_mean, run_var)))
+    finally:
+        norm.set_split(True)
+    assert results[0] == results[1]
