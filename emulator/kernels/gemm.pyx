@@ -46,12 +46,14 @@ include "_common.pxi"
 include "_amx.pxi"
 include "_pool.pxi"
 
-# The matrix engine's functional GEMM runs BLAS on one host thread: the simulation is one thread,
-# and on a shared 2-core host a threaded OpenBLAS GEMM was up to 10x slower than a single-threaded
-# one (its workers wait for descheduled siblings). The thread count does not change the results
-# (OpenBLAS splits M and N across threads, never the K sum). The count is set around each call
-# and put back, through OpenBLAS's openblas_set_num_threads_local found next to sgemm (dladdr);
-# with another BLAS nothing is changed.
+# The matrix engine's functional GEMM calls BLAS single-threaded: on a shared 2-core host a
+# threaded OpenBLAS GEMM was up to 10x slower than a single-threaded one (its workers spin-wait for
+# descheduled siblings). A large GEMM is instead split here in two blocks of the output, one BLAS
+# call each, that this thread and one helper take in turn (_blas_gemm, _pool.pxi): a helper that is
+# not scheduled costs at most the block it holds. Neither changes the results (each element is
+# computed by the same kernel over the same K order; OpenBLAS's own threads also split only M and
+# N). The count is set around each call and put back, through OpenBLAS's
+# openblas_set_num_threads_local found next to sgemm (dladdr); with another BLAS nothing is changed.
 cdef extern from *:
     """
     #ifndef _GNU_SOURCE
