@@ -623,15 +623,15 @@ class FirmwareInstance:
         # A launch's operands and cost depend only on its arguments and the page tables, so
         # a repeated launch (a training loop's) is decoded once (the TLB's and the command
         # processor's job; invalidated by any page-table change).
-        key = (name, args)
-        generation = self._mmu.generation
         # 0 == -0.0 == False: launches whose arguments differ only in a zero's sign or type would
-        # share a cache entry (and -0.0 would fill +0.0), so a zero argument is never cached.
-        decoded = self._launches.get(key) if 0 not in args else None
+        # share a cache entry (and -0.0 would fill +0.0), so the key of a launch with a zero
+        # argument also spells out each zero (its position, type and repr).
+        key = (name, args) if 0 not in args else (name, args, _zeros_of(args))
+        generation = self._mmu.generation
+        decoded = self._launches.get(key)
         if decoded is None or decoded[0] != generation:
             decoded = self._decode_launch(name, args, generation)
-            if 0 not in args:
-                self._launches.put(key, decoded)
+            self._launches.put(key, decoded)
         _, run, timeline, unit, label, operands, duration, nbytes, flops, launch_ns, hbm_ns, static = decoded
         if launch_ns:  # the command processor launches the kernel, then the engines run it
             cp = self._launch_timeline   # (Timeline.hold, inlined: this is the hot path)
@@ -719,6 +719,14 @@ _KIND_STATUS = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS
                 "unknown_kernel": abi.Status.UNKNOWN_KERNEL, "invalid_command": abi.Status.INVALID_COMMAND,
                 "kernel_fault": abi.Status.KERNEL_FAULT, **abi.KIND_STATUS,
                 "firmware_crash": abi.Status.HEARTBEAT_LOST}
+
+
+def _zeros_of(args) -> tuple:
+    """(position, type, repr) of each zero number in ``args`` (0, 0.0, -0.0 and False compare equal)."""
+    return tuple((i, type(a), repr(a)) for i, a in enumerate(args) if type(a) in _NUMBER_TYPES and a == 0)
+
+
+_NUMBER_TYPES = (bool, int, float)
 
 
 def _written(command) -> tuple:

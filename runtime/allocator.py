@@ -31,6 +31,7 @@ from driver import DriverError, DriverStatus
 from runtime.errors import InvalidValueError, OutOfMemoryError
 
 log = logging.getLogger("seed.runtime")
+_insort, _bisect_left = bisect.insort, bisect.bisect_left
 
 MiB = 1 << 20
 MIN_BLOCK = 512            # every request is rounded up to a multiple of this
@@ -100,6 +101,58 @@ class Stats:
             current[i] -= amount
             freed[i] += amount
 
+    # The hot paths' updates, unrolled (the same as increase/decrease with these changes).
+    def on_malloc(self, pool: int, size: int, nbytes: int) -> None:
+        """increase(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, size), (ACTIVE, 1), (ACTIVE_BYTES, size),
+        (REQUESTED_BYTES, nbytes)))"""
+        current, peak, allocated = self.current, self.peak, self.allocated
+        for i, amount in ((ALLOCATION, 1), (ALLOCATION + pool, 1), (ALLOCATED_BYTES, size),
+                          (ALLOCATED_BYTES + pool, size), (ACTIVE, 1), (ACTIVE + pool, 1),
+                          (ACTIVE_BYTES, size), (ACTIVE_BYTES + pool, size), (REQUESTED_BYTES, nbytes),
+                          (REQUESTED_BYTES + pool, nbytes)):
+            value = current[i] + amount
+            current[i] = value
+            allocated[i] += amount
+            if value > peak[i]:
+                peak[i] = value
+
+    def on_free(self, pool: int, size: int, requested: int) -> None:
+        """decrease(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, size), (REQUESTED_BYTES, requested)))"""
+        current, freed = self.current, self.freed
+        for i, amount in ((ALLOCATION, 1), (ALLOCATION + pool, 1), (ALLOCATED_BYTES, size),
+                          (ALLOCATED_BYTES + pool, size), (REQUESTED_BYTES, requested),
+                          (REQUESTED_BYTES + pool, requested)):
+            current[i] -= amount
+            freed[i] += amount
+
+    def change_pair(self, pool: int, count_stat: int, bytes_stat: int, sign: int, size: int) -> None:
+        """increase (sign 1) or decrease (sign -1) of (count_stat, 1), (bytes_stat, size)."""
+        current = self.current
+        j, k = count_stat + pool, bytes_stat + pool
+        if sign > 0:
+            peak, allocated = self.peak, self.allocated
+            current[count_stat] += 1
+            current[j] += 1
+            current[bytes_stat] += size
+            current[k] += size
+            allocated[count_stat] += 1
+            allocated[j] += 1
+            allocated[bytes_stat] += size
+            allocated[k] += size
+            for i in (count_stat, j, bytes_stat, k):
+                if current[i] > peak[i]:
+                    peak[i] = current[i]
+        else:
+            freed = self.freed
+            current[count_stat] -= 1
+            current[j] -= 1
+            current[bytes_stat] -= size
+            current[k] -= size
+            freed[count_stat] += 1
+            freed[j] += 1
+            freed[bytes_stat] += size
+            freed[k] += size
+
 
 class Segment:
     __slots__ = ("address", "size", "stream", "pool", "first", "free_mark")
@@ -141,13 +194,13 @@ class FreePool:
         self.blocks: dict[tuple, Block] = {}
 
     def insert(self, block: Block) -> None:
-        key = block.key()
-        bisect.insort(self.keys, key)
+        key = (block.segment.stream.stream_id, block.size, block.address)   # block.key()
+        _insort(self.keys, key)
         self.blocks[key] = block
 
     def remove(self, block: Block) -> None:
-        key = block.key()
-        del self.keys[bisect.bisect_left(self.keys, key)]
+        key = (block.segment.stream.stream_id, block.size, block.address)
+        del self.keys[_bisect_left(self.keys, key)]
         del self.blocks[key]
 
     def best_fit(self, stream_id: int, size: int) -> Block | None:
@@ -210,13 +263,20 @@ class CachingAllocator:
                 self._busy = False
 
     def _malloc(self, nbytes: int, stream) -> int:
-        size = rounded_size(nbytes)
+        size = -(-nbytes // MIN_BLOCK) * MIN_BLOCK if nbytes > MIN_BLOCK else MIN_BLOCK   # rounded_size
         pool = _SMALL if size <= SMALL_SIZE else _LARGE
         if self._pending:
             self._reclaim_pending()
-        block = self._pools[pool].best_fit(stream.stream_id, size)
-        if block is not None:
-            self._take_free(block)
+        free_pool = self._pools[pool]
+        keys = free_pool.keys                     # FreePool.best_fit, inlined
+        stream_id = stream.stream_id
+        i = _bisect_left(keys, (stream_id, size, 0))
+        if i < len(keys) and keys[i][0] == stream_id:
+            key = keys[i]
+            block = free_pool.blocks.pop(key)     # _take_free, inlined
+            del keys[i]
+            if block.prev is not None or block.next is not None:
+                self._stats.change_pair(pool, INACTIVE_SPLIT, INACTIVE_SPLIT_BYTES, -1, block.size)
             self.cache_hits += 1
         else:
             block = self._new_segment(size, nbytes, stream, pool).first
@@ -225,8 +285,7 @@ class CachingAllocator:
             self._split(block, size)
         block.requested = nbytes
         self._live[block.address] = block
-        self._stats.increase(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, block.size), (ACTIVE, 1),
-                                    (ACTIVE_BYTES, block.size), (REQUESTED_BYTES, nbytes)))
+        self._stats.on_malloc(pool, block.size, nbytes)
         return block.address
 
     def _free(self, address: int) -> None:
@@ -234,11 +293,9 @@ class CachingAllocator:
         if block is None:
             raise InvalidValueError(f"emu:{self.device}: 0x{address:x} is not a live allocation "
                                     f"(double free, or not allocated here)")
-        pool = block.segment.pool
-        self._stats.decrease(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, block.size),
-                                    (REQUESTED_BYTES, block.requested)))
-        block.allocated = False
         segment = block.segment
+        self._stats.on_free(segment.pool, block.size, block.requested)
+        block.allocated = False
         # Covered by the next mark the segment's stream records (no command on this path).
         segment.free_mark = segment.stream.pending_mark()
         if block.other_streams:
@@ -319,18 +376,20 @@ class CachingAllocator:
         self._insert_free(rest)
 
     def _take_free(self, block: Block) -> None:
-        self._pools[block.segment.pool].remove(block)
+        pool = block.segment.pool
+        self._pools[pool].remove(block)
         if block.prev is not None or block.next is not None:  # is_split
-            self._stats.decrease(block.segment.pool, ((INACTIVE_SPLIT, 1), (INACTIVE_SPLIT_BYTES, block.size)))
+            self._stats.change_pair(pool, INACTIVE_SPLIT, INACTIVE_SPLIT_BYTES, -1, block.size)
 
     def _insert_free(self, block: Block) -> None:
-        self._pools[block.segment.pool].insert(block)
+        pool = block.segment.pool
+        self._pools[pool].insert(block)
         if block.prev is not None or block.next is not None:  # is_split
-            self._stats.increase(block.segment.pool, ((INACTIVE_SPLIT, 1), (INACTIVE_SPLIT_BYTES, block.size)))
+            self._stats.change_pair(pool, INACTIVE_SPLIT, INACTIVE_SPLIT_BYTES, 1, block.size)
 
     def _free_block(self, block: Block) -> None:
         """A block nobody uses any more: merge it with free neighbours and make it reusable."""
-        self._stats.decrease(block.segment.pool, ((ACTIVE, 1), (ACTIVE_BYTES, block.size)))
+        self._stats.change_pair(block.segment.pool, ACTIVE, ACTIVE_BYTES, -1, block.size)
         block.pending = False
         for neighbour in (block.prev, block.next):
             if neighbour is not None and not neighbour.allocated and not neighbour.pending:

@@ -163,14 +163,23 @@ class Runtime:
         if type(nbytes) is not int or nbytes <= 0:
             raise errors.InvalidValueError(f"allocation size must be a positive int, got {nbytes!r}")
         with self.lock:
-            state = self.device(device)
+            # self.device, self._check and self.stream, inlined (every tensor allocation comes here)
+            state = self._devices.get(device)
+            if state is None:
+                state = self.device(device)
             self.clock.charge_call()
-            self._check(device)
-            return state.allocator.malloc(nbytes, self.stream(device, stream_id))
+            fault = state.context.fault
+            if fault is not None:
+                raise translate_driver_error(fault) from fault
+            stream = state.streams.get(stream_id)
+            if stream is None:
+                stream = self.stream(device, stream_id)   # raises InvalidValueError
+            return state.allocator.malloc(nbytes, stream)
 
     def free(self, device: int, address: int) -> None:
         with self.lock:
-            self.device(device).allocator.free(address)
+            state = self._devices.get(device)
+            (state if state is not None else self.device(device)).allocator.free(address)
             if self._poisoned:  # the allocation's data is gone with it: so is its poison
                 self._unpoison(device, address)
             if self._retired_segments:

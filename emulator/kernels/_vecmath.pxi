@@ -9,7 +9,7 @@
 #     (Cody-Waite), a degree-7 minimax polynomial on |r| <= ln2/2, and 2**k applied as two
 #     factors so that results down to the float32 subnormals keep one rounding. Inputs are
 #     clamped to [-104, 89] (exp(-104) rounds to 0, exp(89) overflows to inf, as the true
-#     values do). NaN propagates.
+#     values do; below -104 the result is set to +0 without the arithmetic). NaN propagates.
 #   * x - max is rounded in float32 first, as CPU computes it.
 #   * sums accumulate in double, 4 lanes at a time (another summation order than a scalar
 #     loop; the float32 sum is the double sum rounded once).
@@ -61,9 +61,13 @@ cdef extern from *:
         const ek_vf hi = {89, 89, 89, 89, 89, 89, 89, 89};
         const ek_vf magic = {12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f,
                              12582912.0f, 12582912.0f, 12582912.0f, 12582912.0f};   /* 1.5 * 2**23 */
+        const ek_vf zero = {0, 0, 0, 0, 0, 0, 0, 0};
         ek_vf src = x, kd, k, r, p;
-        ek_vi ki, k1;
-        x = ek_blendf(x < lo, lo, x);
+        ek_vi ki, k1, under = x < lo;
+        /* Below -104 the result is +0 (what the clamped lane computed: 0.97 * 2**-150 rounds to
+           0): such lanes (a softmax row's masked -inf) compute exp(0) instead and are zeroed at
+           the end, so they cost no subnormal arithmetic (a microcode assist per vector). */
+        x = ek_blendf(under, zero, x);
         x = ek_blendf(x > hi, hi, x);
         kd = x * 1.44269504088896341f + magic;             /* round(x / ln2) in the low bits */
         k = kd - magic;
@@ -78,6 +82,7 @@ cdef extern from *:
         ki = (ek_vi)kd - (ek_vi)magic;                     /* k, in [-150, 129] */
         k1 = ki >> 1;                                      /* 2**k = 2**k1 * 2**(k - k1), both normal */
         p = (p * (ek_vf)((k1 + 127) << 23)) * (ek_vf)((ki - k1 + 127) << 23);
+        p = ek_blendf(under, zero, p);
         return ek_blendf(src != src, src, p);
     }
 

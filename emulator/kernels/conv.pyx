@@ -28,6 +28,46 @@ from libc.math cimport floorf, INFINITY
 from libc.stdint cimport INT64_MIN
 
 include "_common.pxi"
+include "_pool.pxi"
+
+
+# Large im2col and max-pool launches run in two halves (of the channels; of the batch, or the
+# channels, for pooling) on this thread and the pool's helper (_pool.pxi), when the output does
+# not overlap the input: each half computes its own part of the output exactly as the whole would.
+cdef enum:
+    _SPLIT_ELEMENTS = 1 << 16
+
+_split_enabled = True
+
+
+def set_split(bint enabled):
+    """Turns the two-thread split of large launches on or off (results are the same; for tests);
+    returns the old setting."""
+    global _split_enabled
+    old = _split_enabled
+    _split_enabled = enabled
+    return old
+
+
+cdef inline bint _apart(const char* a, Py_ssize_t* sa, Py_ssize_t* ext_a, int na,
+                        const char* b, Py_ssize_t* sb, Py_ssize_t* ext_b, int nb) noexcept nogil:
+    """The byte ranges of two strided operands (extents ext, byte strides s) do not overlap."""
+    cdef const char* lo_a = a
+    cdef const char* hi_a = a + 8
+    cdef const char* lo_b = b
+    cdef const char* hi_b = b + 8
+    cdef int d
+    for d in range(na):
+        if sa[d] > 0:
+            hi_a += sa[d] * (ext_a[d] - 1)
+        else:
+            lo_a += sa[d] * (ext_a[d] - 1)
+    for d in range(nb):
+        if sb[d] > 0:
+            hi_b += sb[d] * (ext_b[d] - 1)
+        else:
+            lo_b += sb[d] * (ext_b[d] - 1)
+    return hi_a <= lo_b or hi_b <= lo_a
 
 
 cdef inline double _ld(const char* p, int dt) noexcept nogil:
@@ -124,6 +164,58 @@ cdef inline void _w_range(Geometry* g, Py_ssize_t kw, Py_ssize_t* lo, Py_ssize_t
     lo[0], hi[0], off[0] = a, b, o
 
 
+cdef inline void _window_row(char* row, const char* src, Py_ssize_t lo, Py_ssize_t hi, Py_ssize_t n,
+                             Py_ssize_t isz) noexcept nogil:
+    """row[:lo] = 0, row[lo:hi] = src[lo:hi], row[hi:n] = 0 for 4- or 8-byte elements, copied as
+    integers (bit for bit, as memcpy/memset): loops the compiler vectorises, cheaper than three
+    library calls on the short rows of small images. src may be NULL when lo == hi."""
+    cdef Py_ssize_t j
+    cdef uint32_t* r4
+    cdef const uint32_t* s4
+    cdef uint64_t* r8
+    cdef const uint64_t* s8
+    if isz == 4:
+        r4, s4 = <uint32_t*>row, <const uint32_t*>src
+        for j in range(lo):
+            r4[j] = 0
+        for j in range(lo, hi):
+            r4[j] = s4[j]
+        for j in range(hi, n):
+            r4[j] = 0
+    else:
+        r8, s8 = <uint64_t*>row, <const uint64_t*>src
+        for j in range(lo):
+            r8[j] = 0
+        for j in range(lo, hi):
+            r8[j] = s8[j]
+        for j in range(hi, n):
+            r8[j] = 0
+
+
+cdef void _im2col_2d(Geometry* g, char* col, Py_ssize_t* cs, const char* x, Py_ssize_t* xs,
+                     Py_ssize_t isz) noexcept nogil:
+    """_im2col's fast case, a 2-d image (kD = oD = D = 1, no depth padding) of float32/float64
+    read with unit stride along its rows into contiguous column rows: the same bytes, with the row
+    and image pointers stepped instead of recomputed (small images have many short rows)."""
+    cdef Py_ssize_t c, kh, kw, oh, ih, lo, hi, off
+    cdef char* row
+    cdef const char* src
+    for c in range(g.C):
+        for kh in range(g.kH):
+            for kw in range(g.kW):
+                _w_range(g, kw, &lo, &hi, &off)
+                row = col + c * cs[0] + kh * cs[2] + kw * cs[3]
+                src = x + c * xs[0] + off * isz
+                ih = kh * g.dh - g.ph
+                for oh in range(g.oH):
+                    if ih < 0 or ih >= g.H:
+                        _window_row(row, NULL, 0, 0, g.oW, isz)
+                    else:
+                        _window_row(row, src + ih * xs[2], lo, hi, g.oW, isz)
+                    row += cs[5]
+                    ih += g.sh
+
+
 cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x, int xdt,
                   Py_ssize_t* xs) noexcept nogil:
     cdef double buf[BLOCK]
@@ -138,6 +230,9 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
     cdef bint typed = cdt == xdt and (cdt == DT_FLOAT32 or cdt == DT_FLOAT64) and cs[6] == isz
     cdef bint fast = typed and g.sw * xs[3] == isz
     cdef Py_ssize_t step = g.sw * xs[3]
+    if fast and g.kD == 1 and g.oD == 1 and g.D == 1 and g.pd == 0:
+        _im2col_2d(g, col, cs, x, xs, isz)
+        return
     for j in range(BLOCK):
         zeros[j] = 0
     for c in range(g.C):
@@ -152,7 +247,7 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                             row = col + c * cs[0] + kd * cs[1] + kh * cs[2] + kw * cs[3] + od * cs[4] + oh * cs[5]
                             if idd < 0 or idd >= g.D or ih < 0 or ih >= g.H:
                                 if typed:
-                                    memset(row, 0, g.oW * isz)
+                                    _window_row(row, NULL, 0, 0, g.oW, isz)
                                     continue
                                 j = 0
                                 while j < g.oW:
@@ -166,13 +261,8 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                                 store_block(zeros, m, cdt, row + j * cs[6], cs[6])
                                 j += m
                             src = x + c * xs[0] + idd * xs[1] + ih * xs[2]
-                            if fast and lo == 0 and hi == g.oW:
-                                memcpy(row, src + off * isz, g.oW * isz)    # a whole row, as is
-                                continue
-                            if fast:                  # padded row: zeros, the copied run, zeros
-                                memset(row, 0, lo * isz)
-                                memcpy(row + lo * isz, src + (lo + off) * isz, (hi - lo) * isz)
-                                memset(row + hi * isz, 0, (g.oW - hi) * isz)
+                            if fast:                  # zeros, the copied run, zeros
+                                _window_row(row, src + off * isz, lo, hi, g.oW, isz)
                                 continue
                             if typed:                 # a strided read (stride > 1), element by element
                                 if lo > 0:
@@ -198,6 +288,46 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
                                 j += m
 
 
+ctypedef struct _Im2colJob:
+    Geometry g
+    char* col
+    const char* x
+    int cdt, xdt
+    Py_ssize_t cs[7]
+    Py_ssize_t xs[4]
+
+
+cdef void _im2col_job(void* arg) noexcept nogil:
+    cdef _Im2colJob* j = <_Im2colJob*>arg
+    _im2col(&j.g, j.col, j.cdt, j.cs, j.x, j.xdt, j.xs)
+
+
+cdef void _im2col_run(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x, int xdt,
+                      Py_ssize_t* xs, bint split) noexcept nogil:
+    cdef _Im2colJob jobs[2]
+    cdef Py_ssize_t cext[7]
+    cdef Py_ssize_t xext[4]
+    cdef Py_ssize_t half = g.C // 2
+    cdef int h, d
+    cext[0], cext[1], cext[2], cext[3], cext[4], cext[5], cext[6] = g.C, g.kD, g.kH, g.kW, g.oD, g.oH, g.oW
+    xext[0], xext[1], xext[2], xext[3] = g.C, g.D, g.H, g.W
+    if (not split or g.C < 2 or x == NULL or g.C * g.kD * g.kH * g.kW * g.oD * g.oH * g.oW < _SPLIT_ELEMENTS
+            or not _apart(col, cs, cext, 7, x, xs, xext, 4)):
+        _im2col(g, col, cdt, cs, x, xdt, xs)
+        return
+    for h in range(2):
+        jobs[h].g = g[0]
+        jobs[h].g.C = half if h == 0 else g.C - half
+        jobs[h].col = col + (0 if h == 0 else half * cs[0])
+        jobs[h].x = x + (0 if h == 0 else half * xs[0])
+        jobs[h].cdt, jobs[h].xdt = cdt, xdt
+        for d in range(7):
+            jobs[h].cs[d] = cs[d]
+        for d in range(4):
+            jobs[h].xs[d] = xs[d]
+    ek_pool_run(_im2col_job, <void*>jobs, sizeof(_Im2colJob), 2)
+
+
 def im2col(col_addr, col_dtype, col_strides, col_shape, x_addr, x_dtype, x_strides, x_shape, params):
     """col (C, kD, kH, kW, oD, oH, oW) = windows of x (C, D, H, W); ``params`` = (sd, sh, sw, pd,
     ph, pw, dd, dh, dw). Strides in elements."""
@@ -208,6 +338,7 @@ def im2col(col_addr, col_dtype, col_strides, col_shape, x_addr, x_dtype, x_strid
     cdef Py_ssize_t xs[4]
     cdef char* col
     cdef char* x
+    cdef bint split
     _floating(cdt, "im2col")
     _floating(xdt, "im2col")
     _geometry(&g, x_shape, col_shape, params, "im2col")
@@ -218,8 +349,9 @@ def im2col(col_addr, col_dtype, col_strides, col_shape, x_addr, x_dtype, x_strid
     col = as_ptr(col_addr, "im2col col_addr")
     # An empty image is never read: every window position then lies in the padding.
     x = as_ptr(x_addr, "im2col x_addr") if g.D * g.H * g.W else NULL
+    split = _split_enabled
     with nogil:
-        _im2col(&g, col, cdt, cs, x, xdt, xs)
+        _im2col_run(&g, col, cdt, cs, x, xdt, xs, split)
 
 
 cdef void _col2im(Geometry* g, acc_t* acc, const char* col, int cdt, Py_ssize_t* cs) noexcept nogil:
@@ -349,6 +481,7 @@ cdef void _max_pool(Planes* p, const char* x, int xdt, char* y, int ydt, char* i
     cdef Py_ssize_t n, c, oh, ow, ih0, ih1, iw0, iw1, ih, iw, idx
     cdef const char* plane
     cdef cmp_t val, best
+    cdef bint take
     for n in range(p.N):
         for c in range(p.C):
             plane = x + n * p.xs[0] + c * p.xs[1]
@@ -376,18 +509,71 @@ cdef void _max_pool(Planes* p, const char* x, int xdt, char* y, int ydt, char* i
                                 val = (<const float*>(plane + ih * p.xs[2] + iw * p.xs[3]))[0]
                             else:
                                 load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &val)
+                            # Selects, not branches (the comparison of data mispredicts often).
                             if cmp_t is double:
-                                if val > best or val != val:
-                                    best = val
-                                    idx = ih * p.W + iw
+                                take = (val > best) | (val != val)
                             else:
-                                if val > best:
-                                    best = val
-                                    idx = ih * p.W + iw
+                                take = val > best
+                            best = val if take else best
+                            idx = ih * p.W + iw if take else idx
                             iw += dw
                         ih += dh
                     store_block(&best, 1, ydt, y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0)
                     ek_st_i64(ind + n * is_[0] + c * is_[1] + oh * is_[2] + ow * is_[3], idx)
+
+
+ctypedef struct _PoolJob:
+    Planes p
+    const char* x
+    char* y
+    char* ind
+    int xdt, ydt
+    Py_ssize_t is_[4]
+    Py_ssize_t k[8]
+
+
+cdef void _pool_job(void* arg) noexcept nogil:
+    cdef _PoolJob* j = <_PoolJob*>arg
+    if is_floating(j.xdt):
+        _max_pool(&j.p, j.x, j.xdt, j.y, j.ydt, j.ind, j.is_, j.k[0], j.k[1], j.k[2], j.k[3], j.k[4], j.k[5],
+                  j.k[6], j.k[7], <double>-INFINITY)
+    else:
+        _max_pool(&j.p, j.x, j.xdt, j.y, j.ydt, j.ind, j.is_, j.k[0], j.k[1], j.k[2], j.k[3], j.k[4], j.k[5],
+                  j.k[6], j.k[7], <int64_t>INT64_MIN)
+
+
+cdef void _max_pool_run(Planes* p, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+                        Py_ssize_t* k, bint split) noexcept nogil:
+    cdef _PoolJob jobs[2]
+    cdef Py_ssize_t xext[4]
+    cdef Py_ssize_t yext[4]
+    cdef Py_ssize_t half
+    cdef int h, d, dim
+    xext[0], xext[1], xext[2], xext[3] = p.N, p.C, p.H, p.W
+    yext[0], yext[1], yext[2], yext[3] = p.N, p.C, p.OH, p.OW
+    dim = 0 if p.N >= 2 else 1
+    split = (split and xext[dim] >= 2 and p.N * p.C * p.H * p.W >= _SPLIT_ELEMENTS
+             and _apart(y, p.ys, yext, 4, x, p.xs, xext, 4) and _apart(ind, is_, yext, 4, x, p.xs, xext, 4)
+             and _apart(ind, is_, yext, 4, y, p.ys, yext, 4))
+    for h in range(2 if split else 1):
+        jobs[h].p = p[0]
+        jobs[h].x, jobs[h].y, jobs[h].ind = x, y, ind
+        if split:
+            half = xext[dim] // 2
+            if dim == 0:
+                jobs[h].p.N = half if h == 0 else p.N - half
+            else:
+                jobs[h].p.C = half if h == 0 else p.C - half
+            if h == 1:
+                jobs[h].x = x + half * p.xs[dim]
+                jobs[h].y = y + half * p.ys[dim]
+                jobs[h].ind = ind + half * is_[dim]
+        jobs[h].xdt, jobs[h].ydt = xdt, ydt
+        for d in range(4):
+            jobs[h].is_[d] = is_[d]
+        for d in range(8):
+            jobs[h].k[d] = k[d]
+    ek_pool_run(_pool_job, <void*>jobs, sizeof(_PoolJob), 2 if split else 1)
 
 
 def max_pool2d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
@@ -403,6 +589,7 @@ def max_pool2d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_add
     cdef char* ind
     cdef const char* x
     cdef int i
+    cdef bint split
     vals = _ints((kh, kw, sh, sw, ph, pw, dh, dw), 8, "max_pool2d")
     for i in range(8):
         k[i] = vals[i]
@@ -419,13 +606,9 @@ def max_pool2d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_add
     y = as_ptr(y_addr, "max_pool2d y_addr")
     ind = as_ptr(ind_addr, "max_pool2d ind_addr")
     x = as_ptr(x_addr, "max_pool2d x_addr")
+    split = _split_enabled
     with nogil:
-        if is_floating(xdt):
-            _max_pool(&p, x, xdt, y, ydt, ind, is_, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7],
-                      <double>-INFINITY)
-        else:
-            _max_pool(&p, x, xdt, y, ydt, ind, is_, k[0], k[1], k[2], k[3], k[4], k[5], k[6], k[7],
-                      <int64_t>INT64_MIN)
+        _max_pool_run(&p, x, xdt, y, ydt, ind, is_, k, split)
 
 
 cdef Py_ssize_t _max_pool_backward(Planes* p, acc_t* acc, char* gi, int gdt, const char* go, int godt,

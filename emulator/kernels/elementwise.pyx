@@ -21,6 +21,7 @@ from libc.math cimport (fma, fmaf, exp, expf, log, logf, sqrt, sqrtf, tanh, tanh
                         erf, erff, sin, sinf, cos, cosf, fabs, fabsf, NAN)
 
 include "_common.pxi"
+include "_pool.pxi"
 
 cdef enum:
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN
@@ -136,6 +137,151 @@ cdef void _add_f32_contig(char** ptrs, Py_ssize_t n, int op) noexcept nogil:
             o[i] = a[i] * b[i]
 
 
+cdef extern from *:
+    """
+    #include <immintrin.h>
+    #include <math.h>
+    /* o[i] = fmaf(B(i), alpha, A(i)) over n float32 elements, A(i) = a[ca ? i : 0] (likewise B):
+       the fused multiply-add of the hardware where it has one (the same correctly rounded
+       result as libm's fmaf, which is a call per element here: the build targets baseline x86-64). */
+    __attribute__((target("avx2,fma")))
+    static void ek_fma_f32_avx2(float *o, const float *a, int ca, const float *b, int cb, float alpha,
+                                Py_ssize_t n) {
+        __m256 va = _mm256_set1_ps(a[0]), vb = _mm256_set1_ps(b[0]), al = _mm256_set1_ps(alpha);
+        Py_ssize_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            __m256 x = ca ? _mm256_loadu_ps(a + i) : va;
+            __m256 y = cb ? _mm256_loadu_ps(b + i) : vb;
+            _mm256_storeu_ps(o + i, _mm256_fmadd_ps(y, al, x));
+        }
+        for (; i < n; i++) o[i] = fmaf(b[cb ? i : 0], alpha, a[ca ? i : 0]);
+    }
+    static int ek_fma_hw = -1;
+    static void ek_fma_f32(float *o, const float *a, int ca, const float *b, int cb, float alpha,
+                           Py_ssize_t n) {
+        Py_ssize_t i;
+        if (ek_fma_hw < 0) {
+            __builtin_cpu_init();
+            ek_fma_hw = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        }
+        if (ek_fma_hw) { ek_fma_f32_avx2(o, a, ca, b, cb, alpha, n); return; }
+        for (i = 0; i < n; i++) o[i] = fmaf(b[cb ? i : 0], alpha, a[ca ? i : 0]);
+    }
+    """
+    void ek_fma_f32(float* o, const float* a, int ca, const float* b, int cb, float alpha,
+                    Py_ssize_t n) noexcept nogil
+
+
+cdef void _f32_with_scalar(char** ptrs, Py_ssize_t n, int op, bint a_contig, bint b_contig,
+                           float alpha) noexcept nogil:
+    """Fast path: contiguous float32 (op) a float32 scalar (a stride-0 operand), as _binop computes
+    it: add (alpha 1), sub (alpha -1 arrives as sub), mul, div; add with another alpha is a fused
+    multiply-add (ek_fma_f32), also for two contiguous operands."""
+    cdef bint scalar_first = not a_contig
+    cdef float* o = <float*>ptrs[0]
+    cdef const float* v = <const float*>(ptrs[2] if scalar_first else ptrs[1])
+    cdef float s = (<const float*>(ptrs[1] if scalar_first else ptrs[2]))[0]
+    cdef Py_ssize_t i
+    if op == OP_ADD and alpha != 1:
+        ek_fma_f32(o, <const float*>ptrs[1], a_contig, <const float*>ptrs[2], b_contig, alpha, n)
+    elif op == OP_ADD:
+        if scalar_first:
+            for i in range(n):
+                o[i] = s + v[i]
+        else:
+            for i in range(n):
+                o[i] = v[i] + s
+    elif op == OP_SUB:
+        if scalar_first:
+            for i in range(n):
+                o[i] = s - v[i]
+        else:
+            for i in range(n):
+                o[i] = v[i] - s
+    elif op == OP_MUL:
+        if scalar_first:
+            for i in range(n):
+                o[i] = s * v[i]
+        else:
+            for i in range(n):
+                o[i] = v[i] * s
+    else:  # OP_DIV
+        if scalar_first:
+            for i in range(n):
+                o[i] = s / v[i]
+        else:
+            for i in range(n):
+                o[i] = v[i] / s
+
+
+# Large contiguous float32 launches (the two fast paths above) run in two halves, on this thread
+# and the pool's helper (_pool.pxi): elementwise, so each element is computed the same either way.
+cdef enum:
+    _SPLIT_ELEMENTS = 1 << 17
+
+_split_enabled = True
+
+
+def set_split(bint enabled):
+    """Turns the two-thread split of large launches on or off (results are the same; for tests);
+    returns the old setting."""
+    global _split_enabled
+    old = _split_enabled
+    _split_enabled = enabled
+    return old
+
+
+ctypedef struct _F32Job:
+    char* ptrs[3]
+    Py_ssize_t n
+    int code
+    bint with_scalar, a_contig, b_contig
+    float alpha
+
+
+cdef void _f32_job(void* arg) noexcept nogil:
+    cdef _F32Job* j = <_F32Job*>arg
+    if j.with_scalar:
+        _f32_with_scalar(j.ptrs, j.n, j.code, j.a_contig, j.b_contig, j.alpha)
+    else:
+        _add_f32_contig(j.ptrs, j.n, j.code)
+
+
+cdef bint _disjoint_or_same(char** ptrs, Py_ssize_t n, bint a_contig, bint b_contig) noexcept nogil:
+    """The contiguous output (n float32) overlaps neither input, or is exactly a contiguous one."""
+    cdef char* lo = ptrs[0]
+    cdef char* hi = ptrs[0] + 4 * n
+    cdef char* a_hi = ptrs[1] + (4 * n if a_contig else 4)
+    cdef char* b_hi = ptrs[2] + (4 * n if b_contig else 4)
+    if ptrs[1] < hi and lo < a_hi and not (a_contig and ptrs[1] == lo):
+        return False
+    if ptrs[2] < hi and lo < b_hi and not (b_contig and ptrs[2] == lo):
+        return False
+    return True
+
+
+cdef void _f32_run(char** ptrs, Py_ssize_t n, int code, bint with_scalar, bint a_contig, bint b_contig,
+                   float alpha, bint split) noexcept nogil:
+    cdef _F32Job jobs[2]
+    cdef Py_ssize_t half = n // 2, start
+    cdef int h
+    if not split or n < _SPLIT_ELEMENTS or not _disjoint_or_same(ptrs, n, a_contig, b_contig):
+        if with_scalar:
+            _f32_with_scalar(ptrs, n, code, a_contig, b_contig, alpha)
+        else:
+            _add_f32_contig(ptrs, n, code)
+        return
+    for h in range(2):
+        start = 0 if h == 0 else half
+        jobs[h].ptrs[0] = ptrs[0] + 4 * start
+        jobs[h].ptrs[1] = ptrs[1] + (4 * start if a_contig else 0)
+        jobs[h].ptrs[2] = ptrs[2] + (4 * start if b_contig else 0)
+        jobs[h].n = half if h == 0 else n - half
+        jobs[h].code, jobs[h].with_scalar, jobs[h].a_contig, jobs[h].b_contig = code, with_scalar, a_contig, b_contig
+        jobs[h].alpha = alpha
+    ek_pool_run(_f32_job, <void*>jobs, sizeof(_F32Job), 2)
+
+
 def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
            b_addr, b_dtype, b_strides, shape, compute_dtype, alpha=1):
     """out = cast<out>(op(cast<compute>(a), cast<compute>(b))) elementwise over `shape`.
@@ -156,6 +302,7 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
     cdef float falpha = 1
     cdef double dalpha = 1
     cdef int64_t ialpha = 1
+    cdef bint split
     if op not in _BINARY_OPS:
         raise KernelArgumentError(f"binary: unknown op {op!r} (expected one of {BINARY_OPS})")
     code = _BINARY_OPS[op]
@@ -203,13 +350,22 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
     ptrs[0] = as_ptr(out_addr, "binary out_addr")
     ptrs[1] = as_ptr(a_addr, "binary a_addr")
     ptrs[2] = as_ptr(b_addr, "binary b_addr")
+    split = _split_enabled
 
     with nogil:
         if (odt == DT_FLOAT32 and adt == DT_FLOAT32 and bdt == DT_FLOAT32 and cdt == DT_FLOAT32
                 and it.ndim == 1 and iter_row_stride(&it, 0) == 4 and iter_row_stride(&it, 1) == 4
                 and iter_row_stride(&it, 2) == 4
                 and (code == OP_MUL or code == OP_SUB or (code == OP_ADD and dalpha == 1))):
-            _add_f32_contig(ptrs, it.size, code)
+            _f32_run(ptrs, it.size, code, False, True, True, 1, split)
+        elif (odt == DT_FLOAT32 and adt == DT_FLOAT32 and bdt == DT_FLOAT32 and cdt == DT_FLOAT32
+                and it.ndim == 1 and iter_row_stride(&it, 0) == 4
+                and ((iter_row_stride(&it, 1) == 4 and iter_row_stride(&it, 2) == 0)
+                     or (iter_row_stride(&it, 1) == 0 and iter_row_stride(&it, 2) == 4)
+                     or (code == OP_ADD and iter_row_stride(&it, 1) == 4 and iter_row_stride(&it, 2) == 4))
+                and (code == OP_MUL or code == OP_SUB or code == OP_ADD or code == OP_DIV)):
+            _f32_run(ptrs, it.size, code, True, iter_row_stride(&it, 1) != 0, iter_row_stride(&it, 2) != 0,
+                     falpha, split)
         else:
             if code == OP_SUB:           # alpha is already -1 here
                 code = OP_ADD
@@ -227,9 +383,10 @@ cdef void _unop(int op, acc_t* x, Py_ssize_t m) noexcept nogil:
     cdef Py_ssize_t i
     cdef acc_t v
     if op == U_RELU:
-        for i in range(m):                       # NaN and -0.0 pass through, like torch.relu
-            if x[i] < 0:
-                x[i] = 0
+        # NaN and -0.0 pass through, like torch.relu. A select, not a branch: a branch on the
+        # sign of random data mispredicts every other element.
+        for i in range(m):
+            x[i] = 0 if x[i] < 0 else x[i]
     elif op == U_NEG:
         for i in range(m):
             if acc_t is int64_t:

@@ -44,13 +44,16 @@ from scipy.linalg.cython_blas cimport sgemm, dgemm
 
 include "_common.pxi"
 include "_amx.pxi"
+include "_pool.pxi"
 
-# The matrix engine's functional GEMM runs BLAS on one host thread: the simulation is one thread,
-# and on a shared 2-core host a threaded OpenBLAS GEMM was up to 10x slower than a single-threaded
-# one (its workers wait for descheduled siblings). The thread count does not change the results
-# (OpenBLAS splits M and N across threads, never the K sum). The count is set around each call
-# and put back, through OpenBLAS's openblas_set_num_threads_local found next to sgemm (dladdr);
-# with another BLAS nothing is changed.
+# The matrix engine's functional GEMM calls BLAS single-threaded: on a shared 2-core host a
+# threaded OpenBLAS GEMM was up to 10x slower than a single-threaded one (its workers spin-wait for
+# descheduled siblings). A large GEMM is instead split here in two blocks of the output, one BLAS
+# call each, that this thread and one helper take in turn (_blas_gemm, _pool.pxi): a helper that is
+# not scheduled costs at most the block it holds. Neither changes the results (each element is
+# computed by the same kernel over the same K order; OpenBLAS's own threads also split only M and
+# N). The count is set around each call and put back, through OpenBLAS's
+# openblas_set_num_threads_local found next to sgemm (dladdr); with another BLAS nothing is changed.
 cdef extern from *:
     """
     #ifndef _GNU_SOURCE
@@ -76,6 +79,7 @@ cdef extern from *:
     static void ek_blas_restore_threads(int threads) {
         if (ek_blas_set_threads && threads > 1) ek_blas_set_threads(threads);
     }
+
     """
     void ek_blas_probe(void* sgemm_ptr)
     int ek_blas_single_thread() noexcept nogil
@@ -139,6 +143,137 @@ cdef void _pack(const char* p, int dt, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t 
         load_block(p + r * s0, s1, dt, cols, dst + r * cols)
 
 
+# One BLAS call of a GEMM split in blocks (see ek_pool_run): column-major C (m x n) =
+# beta * C + alpha * op(A) (m x k) @ op(B) (k x n), the BLAS view of the row-major product.
+ctypedef struct _BlasChunk:
+    char ta
+    char tb
+    int m, n, k, lda, ldb, ldc
+    bint dbl
+    double alpha, beta
+    void* A
+    void* B
+    void* C
+
+# A GEMM is split at most _MAX_CHUNKS ways, in blocks of at least _CHUNK_MNK multiply-adds
+# (m * n * k) and a multiple of _CHUNK_ALIGN rows or columns: small GEMMs stay one call (waking
+# the helper costs some microseconds). Two blocks, one per thread: each block packs the operand
+# the blocks share again, so more blocks measured slower on the 2-core host.
+cdef enum:
+    _MAX_CHUNKS = 2
+    _CHUNK_MNK = 4000000
+    _CHUNK_ALIGN = 64
+
+
+cdef void _run_chunk(void* arg) noexcept nogil:
+    cdef _BlasChunk* c = <_BlasChunk*>arg
+    cdef float salpha, sbeta
+    ek_blas_single_thread()   # the helper's own BLAS thread count (thread-local): one
+    if c.dbl:
+        dgemm(&c.ta, &c.tb, &c.m, &c.n, &c.k, &c.alpha, <double*>c.A, &c.lda, <double*>c.B, &c.ldb,
+              &c.beta, <double*>c.C, &c.ldc)
+    else:
+        salpha, sbeta = <float>c.alpha, <float>c.beta
+        sgemm(&c.ta, &c.tb, &c.m, &c.n, &c.k, &salpha, <float*>c.A, &c.lda, <float*>c.B, &c.ldb,
+              &sbeta, <float*>c.C, &c.ldc)
+
+
+cdef void _blas_gemm(char ta, char tb, int m, int n, int k, real_t alpha, real_t* A, int lda,
+                     real_t* B, int ldb, real_t beta, real_t* C, int ldc) noexcept nogil:
+    """BLAS gemm (column-major), as one call or as up to _MAX_CHUNKS calls on disjoint blocks of
+    C split along its longer side (m: rows of op(A); n: columns of op(B)), run on this thread and
+    the helper. Every element of C is computed by the same kernel over the same K order either way."""
+    cdef _BlasChunk chunks[_MAX_CHUNKS]
+    cdef double mnk = <double>m * n * k
+    cdef int pieces = <int>(mnk / _CHUNK_MNK), along_m = m >= n, extent = m if m >= n else n
+    cdef int step, lo, hi, count = 0
+    cdef _BlasChunk* c
+    if pieces > _MAX_CHUNKS:
+        pieces = _MAX_CHUNKS
+    if pieces > extent // _CHUNK_ALIGN:
+        pieces = extent // _CHUNK_ALIGN
+    if pieces < 2:
+        if real_t is float:
+            sgemm(&ta, &tb, &m, &n, &k, &alpha, A, &lda, B, &ldb, &beta, C, &ldc)
+        else:
+            dgemm(&ta, &tb, &m, &n, &k, &alpha, A, &lda, B, &ldb, &beta, C, &ldc)
+        return
+    step = (extent + pieces - 1) // pieces
+    step = (step + _CHUNK_ALIGN - 1) // _CHUNK_ALIGN * _CHUNK_ALIGN
+    lo = 0
+    while lo < extent:
+        hi = lo + step if lo + step < extent else extent
+        c = &chunks[count]
+        c.ta, c.tb, c.k, c.lda, c.ldb, c.ldc = ta, tb, k, lda, ldb, ldc
+        c.dbl = real_t is double
+        c.alpha, c.beta = alpha, beta
+        if along_m:   # rows lo..hi of op(A) and of C
+            c.m, c.n = hi - lo, n
+            c.A = <void*>(A + (<Py_ssize_t>lo if ta == b'N' else <Py_ssize_t>lo * lda))
+            c.B = <void*>B
+            c.C = <void*>(C + lo)
+        else:         # columns lo..hi of op(B) and of C
+            c.m, c.n = m, hi - lo
+            c.A = <void*>A
+            c.B = <void*>(B + (<Py_ssize_t>lo * ldb if tb == b'N' else <Py_ssize_t>lo))
+            c.C = <void*>(C + <Py_ssize_t>lo * ldc)
+        count += 1
+        lo = hi
+    ek_pool_run(_run_chunk, <void*>chunks, sizeof(_BlasChunk), count)
+
+
+# bmm/baddbmm of float32/float64 operands: the batch in two halves on this thread and the helper,
+# when the outputs overlap no operand (each entry is the same _gemm call either way).
+ctypedef struct _BatchJob:
+    char* po
+    char* pa
+    char* pb
+    char* pc
+    int odt, adt, bdt, cdt
+    Py_ssize_t osb, os0, os1, asb, as0, as1, bsb, bs0, bs1, csb, cs0, cs1
+    Py_ssize_t lo, hi
+    int m, n, k
+    bint f64
+    double alpha, beta
+    int rc
+
+
+cdef void _batch_job(void* arg) noexcept nogil:
+    cdef _BatchJob* j = <_BatchJob*>arg
+    cdef Py_ssize_t i
+    j.rc = 0
+    for i in range(j.lo, j.hi):
+        if j.f64:
+            j.rc = _gemm(j.po + i * j.osb, j.odt, j.os0, j.os1, j.pa + i * j.asb, j.adt, j.as0, j.as1,
+                         j.pb + i * j.bsb, j.bdt, j.bs0, j.bs1, j.pc + i * j.csb, j.cdt, j.cs0, j.cs1,
+                         j.m, j.n, j.k, j.alpha, j.beta)
+        else:
+            j.rc = _gemm(j.po + i * j.osb, j.odt, j.os0, j.os1, j.pa + i * j.asb, j.adt, j.as0, j.as1,
+                         j.pb + i * j.bsb, j.bdt, j.bs0, j.bs1, j.pc + i * j.csb, j.cdt, j.cs0, j.cs1,
+                         j.m, j.n, j.k, <float>j.alpha, <float>j.beta)
+        if j.rc != 0:
+            break
+
+
+cdef inline void _extent3(const char* p, Py_ssize_t sb, Py_ssize_t s0, Py_ssize_t s1, Py_ssize_t nb,
+                          Py_ssize_t n0, Py_ssize_t n1, Py_ssize_t isz, const char** lo,
+                          const char** hi) noexcept nogil:
+    cdef const char* a
+    cdef const char* b
+    _extent(p, s0, s1, n0, n1, isz, &a, &b)
+    if sb >= 0:
+        b += sb * (nb - 1)
+    else:
+        a += sb * (nb - 1)
+    lo[0], hi[0] = a, b
+
+
+def set_gemm_helpers(n):
+    """Sets how many helper threads large GEMMs may use (0 or 1); returns the previous count.
+    The results do not depend on it (tests compare both)."""
+    return ek_pool_set_helpers(1 if n else 0)
+
+
 cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
                char* a, int adt, Py_ssize_t as0, Py_ssize_t as1,
                char* b, int bdt, Py_ssize_t bs0, Py_ssize_t bs1,
@@ -159,7 +294,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     cdef const char* hi_o
     cdef const char* lo_x
     cdef const char* hi_x
-    cdef bint direct_out, pack_a = False, pack_b = False
+    cdef bint direct_out, pack_a = False, pack_b = False, c_in_out = False
     cdef int threads, rc
 
     # bfloat16 x bfloat16 runs on the host's AMX tiles where it has them (_amx.pxi).
@@ -186,6 +321,17 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
             direct_out = direct_out and not _overlaps(lo_o, hi_o, lo_x, hi_x)
         if beta != 0 and not (c == out and cdt == odt and cs0 == os0 and cs1 == os1):
             direct_out = False
+            # C elsewhere (a bias): it is widened into the output itself, which BLAS then updates
+            # in place, when the output is a dense row-major buffer that C does not overlap (the
+            # same values, and the same ldc, as the scratch it would take otherwise).
+            if K > 0 and ldc == N and not (pack_a or pack_b):
+                _extent(a, as0, as1, M, K, itemsize_of(adt), &lo_x, &hi_x)
+                c_in_out = not _overlaps(lo_o, hi_o, lo_x, hi_x)
+                _extent(b, bs0, bs1, K, N, itemsize_of(bdt), &lo_x, &hi_x)
+                c_in_out = c_in_out and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+                _extent(c, cs0, cs1, M, N, itemsize_of(cdt), &lo_x, &hi_x)
+                c_in_out = c_in_out and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+                direct_out = c_in_out
 
     # 2. Scratch.
     if pack_a:
@@ -219,6 +365,8 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
             _pack(c, cdt, cs0, cs1, M, N, cbuf)      # C widened exactly to fp32/fp64
         C = cbuf
         ldc = N
+    elif c_in_out:
+        _pack(c, cdt, cs0, cs1, M, N, C)             # likewise, into the output
 
     if K == 0:
         # Empty sum: out = beta * C.  Done here because BLAS implementations
@@ -228,10 +376,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
                 C[i * ldc + j] = 0 if beta == 0 else beta * C[i * ldc + j]
     else:
         threads = ek_blas_single_thread()
-        if real_t is float:
-            sgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
-        else:
-            dgemm(&tb, &ta, &N, &M, &K, &alpha, B, &ldb, A, &lda, &beta, C, &ldc)
+        _blas_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc)
         ek_blas_restore_threads(threads)
 
     if not direct_out:
@@ -425,6 +570,13 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
     cdef char* scratch = NULL
     cdef double dbeta = float(beta), dalpha = float(alpha)
     cdef int64_t ibeta = 0, ialpha = 0
+    cdef bint split
+    cdef int h
+    cdef _BatchJob jobs[2]
+    cdef const char* lo_o
+    cdef const char* hi_o
+    cdef const char* lo_x
+    cdef const char* hi_x
     for v, name in ((batch, "batch"), (M, "M"), (N, "N"), (K, "K")):
         if not hasattr(v, "__index__") or not (0 <= v < 2**31):
             raise KernelArgumentError(f"bmatmul: {name} must be an int in [0, 2**31), got {v!r}")
@@ -454,6 +606,37 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
         pc = as_ptr(c_addr, "bmatmul c_addr")
     if integer:
         ibeta, ialpha = _int_scalar(beta, "beta"), _int_scalar(alpha, "alpha")
+    split = (not integer and not reduce and nb >= 2 and (adt == DT_FLOAT32 or adt == DT_FLOAT64)
+             and (bdt == DT_FLOAT32 or bdt == DT_FLOAT64) and <double>nb * m * n * k >= _CHUNK_MNK)
+    if split:
+        _extent3(po, osb, os0, os1, nb, m, n, itemsize_of(odt), &lo_o, &hi_o)
+        if k > 0:
+            _extent3(pa, asb, as0, as1, nb, m, k, itemsize_of(adt), &lo_x, &hi_x)
+            split = not _overlaps(lo_o, hi_o, lo_x, hi_x)
+            _extent3(pb, bsb, bs0, bs1, nb, k, n, itemsize_of(bdt), &lo_x, &hi_x)
+            split = split and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+        if dbeta != 0:
+            _extent3(pc, csb, cs0, cs1, nb, m, n, itemsize_of(cdt), &lo_x, &hi_x)
+            split = split and not _overlaps(lo_o, hi_o, lo_x, hi_x)
+    if split:
+        for h in range(2):
+            jobs[h].po, jobs[h].pa, jobs[h].pb, jobs[h].pc = po, pa, pb, pc
+            jobs[h].odt, jobs[h].adt, jobs[h].bdt, jobs[h].cdt = odt, adt, bdt, cdt
+            jobs[h].osb, jobs[h].os0, jobs[h].os1 = osb, os0, os1
+            jobs[h].asb, jobs[h].as0, jobs[h].as1 = asb, as0, as1
+            jobs[h].bsb, jobs[h].bs0, jobs[h].bs1 = bsb, bs0, bs1
+            jobs[h].csb, jobs[h].cs0, jobs[h].cs1 = csb, cs0, cs1
+            jobs[h].lo = 0 if h == 0 else nb // 2
+            jobs[h].hi = nb // 2 if h == 0 else nb
+            jobs[h].m, jobs[h].n, jobs[h].k = <int>m, <int>n, <int>k
+            jobs[h].f64 = f64
+            jobs[h].alpha, jobs[h].beta = dalpha, dbeta
+        with nogil:
+            ek_pool_run(_batch_job, <void*>jobs, sizeof(_BatchJob), 2)
+        rc = jobs[0].rc if jobs[0].rc != 0 else jobs[1].rc
+        if rc != 0:
+            raise MemoryError("bmatmul: could not allocate scratch buffers")
+        return
     with nogil:
         if not reduce:
             for i in range(nb):

@@ -288,6 +288,8 @@ def index_gather(out_addr, dtype, out_strides, table_addr, table_shape, table_st
     cdef char* p[XOPS]
     cdef int k, nops, bad_k = 0, failed
     cdef int64_t bad = 0
+    cdef bint rows
+    cdef const char* src
     index_spec_init(&spec, list(indices), tuple(table_shape), tuple(table_strides), isz, allow_negative,
                     "index_gather")
     nops = 2 + spec.nidx
@@ -310,9 +312,22 @@ def index_gather(out_addr, dtype, out_strides, table_addr, table_shape, table_st
     xiter_reset(&it)
     with nogil:
         n = it.shape[it.ndim - 1]
+        # Rows along which every index is constant and out and table are contiguous (an
+        # embedding's rows) are copied as bytes, when the two rows do not overlap: the same bytes
+        # as the element loop.
+        rows = (it.strides[it.ndim - 1] == isz and it.strides[MAX_RANK + it.ndim - 1] == isz)
+        for k in range(2, nops):
+            rows = rows and it.strides[k * MAX_RANK + it.ndim - 1] == 0
         while True:
             for k in range(nops):
                 p[k] = ptrs[k]
+            if rows:
+                src = p[1] + index_offset(&spec, p, 2)
+                if p[0] + n * isz <= src or src + n * isz <= p[0]:
+                    memcpy(p[0], src, n * isz)
+                    if not xiter_next_row(&it, ptrs):
+                        break
+                    continue
             for i in range(n):
                 copy_elem(p[0], p[1] + index_offset(&spec, p, 2), isz)
                 for k in range(nops):

@@ -30,6 +30,7 @@ from libc.stdlib cimport calloc, malloc, free
 
 include "_common.pxi"
 include "_vecmath.pxi"
+include "_pool.pxi"
 
 ctypedef fused flt_t:
     float
@@ -495,11 +496,21 @@ cdef void _forward(Walk* outer, Walk* inner, char** op, FwdArgs* a, flt_t* bx, f
                         load_block(p[F_X] + jj * rs[F_X], rs[F_X], a.dt[F_X], m, bx)
                         for i in range(m):
                             bx[i] = (bx[i] - mean) * rstd
-                        if a.has[F_W]:
+                        # A weight or bias constant along the row (batch norm's, per channel) is
+                        # loaded once: the same products and sums.
+                        if a.has[F_W] and rs[F_W] == 0:
+                            v = _load1(p[F_W], a.dt[F_W], one)
+                            for i in range(m):
+                                bx[i] = bx[i] * v
+                        elif a.has[F_W]:
                             load_block(p[F_W] + jj * rs[F_W], rs[F_W], a.dt[F_W], m, bw)
                             for i in range(m):
                                 bx[i] = bx[i] * bw[i]
-                        if a.has[F_B]:
+                        if a.has[F_B] and rs[F_B] == 0:
+                            v = _load1(p[F_B], a.dt[F_B], one)
+                            for i in range(m):
+                                bx[i] = bx[i] + v
+                        elif a.has[F_B]:
                             load_block(p[F_B] + jj * rs[F_B], rs[F_B], a.dt[F_B], m, bb)
                             for i in range(m):
                                 bx[i] = bx[i] + bb[i]
@@ -509,6 +520,71 @@ cdef void _forward(Walk* outer, Walk* inner, char** op, FwdArgs* a, flt_t* bx, f
                         break
         if not walk_next_row(outer, op):
             break
+
+
+# Large norm forwards run the outer dimension (one statistic each) in two halves on this thread and
+# the pool's helper (_pool.pxi): a statistic, its outputs and its running statistics belong to one
+# outer index, so each is computed exactly as in one pass.
+cdef enum:
+    _SPLIT_ELEMENTS = 1 << 16
+
+_split_enabled = True
+
+
+def set_split(bint enabled):
+    """Turns the two-thread split of large launches on or off (results are the same; for tests);
+    returns the old setting."""
+    global _split_enabled
+    old = _split_enabled
+    _split_enabled = enabled
+    return old
+
+
+ctypedef struct _FwdJob:
+    Walk outer
+    Walk inner
+    char* ptrs[WALK_OPS]
+    FwdArgs a
+    bint f64
+    double scratch[4 * BLOCK]
+
+
+cdef void _fwd_job(void* arg) noexcept nogil:
+    cdef _FwdJob* j = <_FwdJob*>arg
+    cdef float* fs = <float*>j.scratch
+    if j.f64:
+        _forward(&j.outer, &j.inner, j.ptrs, &j.a, j.scratch, j.scratch + BLOCK, j.scratch + 2 * BLOCK,
+                 j.scratch + 3 * BLOCK)
+    else:
+        _forward(&j.outer, &j.inner, j.ptrs, &j.a, fs, fs + BLOCK, fs + 2 * BLOCK, fs + 3 * BLOCK)
+
+
+cdef bint _y_apart_from_x(Walk* outer, Walk* inner, char** ptrs) noexcept nogil:
+    """y overlaps x nowhere, or is x itself (same address and strides: in place)."""
+    cdef const char* lo[2]
+    cdef const char* hi[2]
+    cdef int k, d
+    cdef bint same = ptrs[F_Y] == ptrs[F_X]
+    for d in range(outer.ndim):
+        same = same and outer.strides[F_Y * MAX_RANK + d] == outer.strides[F_X * MAX_RANK + d]
+    for d in range(inner.ndim):
+        same = same and inner.strides[F_Y * MAX_RANK + d] == inner.strides[F_X * MAX_RANK + d]
+    if same:
+        return True
+    for k in range(2):
+        lo[k] = hi[k] = ptrs[k]
+        for d in range(outer.ndim):
+            if outer.strides[k * MAX_RANK + d] > 0:
+                hi[k] += outer.strides[k * MAX_RANK + d] * (outer.shape[d] - 1)
+            else:
+                lo[k] += outer.strides[k * MAX_RANK + d] * (outer.shape[d] - 1)
+        for d in range(inner.ndim):
+            if inner.strides[k * MAX_RANK + d] > 0:
+                hi[k] += inner.strides[k * MAX_RANK + d] * (inner.shape[d] - 1)
+            else:
+                lo[k] += inner.strides[k * MAX_RANK + d] * (inner.shape[d] - 1)
+        hi[k] += 8
+    return hi[0] <= lo[1] or hi[1] <= lo[0]
 
 
 def norm_forward(y, x, w, b, mean_out, rstd_out, mean_in, var_in, run_mean, run_var,
@@ -526,6 +602,10 @@ def norm_forward(y, x, w, b, mean_out, rstd_out, mean_in, var_in, run_mean, run_
     cdef float fs[3 * BLOCK + 1]
     cdef double ds[3 * BLOCK + 1]
     cdef _Ops ops
+    cdef bint split
+    cdef _FwdJob* jobs = NULL
+    cdef int h
+    cdef Py_ssize_t half
     what = "norm_forward"
     shape = _shape_of(shape, what)
     if isinstance(n_outer, bool) or not isinstance(n_outer, int) or not 0 <= n_outer <= len(shape):
@@ -565,6 +645,27 @@ def norm_forward(y, x, w, b, mean_out, rstd_out, mean_in, var_in, run_mean, run_
     for k in touched:
         if ops.has[k]:
             ptrs[k] = as_ptr(ops.addrs[k], f"{what} operand {k}")
+    split = (_split_enabled and n > 0 and outer.shape[0] >= 2 and outer.size * n >= _SPLIT_ELEMENTS
+             and _y_apart_from_x(&outer, &inner, ptrs))
+    if split:
+        jobs = <_FwdJob*>malloc(2 * sizeof(_FwdJob))
+        split = jobs != NULL
+    if split:
+        with nogil:
+            for h in range(2):
+                jobs[h].outer = outer
+                jobs[h].inner = inner
+                jobs[h].a = a
+                jobs[h].f64 = a.dt[F_X] == DT_FLOAT64
+                half = outer.shape[0] // 2
+                jobs[h].outer.shape[0] = half if h == 0 else outer.shape[0] - half
+                for k in range(WALK_OPS):
+                    jobs[h].ptrs[k] = ptrs[k]
+                    if h == 1 and ptrs[k] != NULL:
+                        jobs[h].ptrs[k] = ptrs[k] + half * outer.strides[k * MAX_RANK]
+            ek_pool_run(_fwd_job, <void*>jobs, sizeof(_FwdJob), 2)
+        free(jobs)
+        return
     with nogil:
         if a.dt[F_X] == DT_FLOAT64:
             _forward(&outer, &inner, ptrs, &a, ds, ds + BLOCK, ds + 2 * BLOCK, ds + 3 * BLOCK)

@@ -32,6 +32,9 @@ from libc.math cimport (exp, exp2, expm1, log, log2, log10, log1p, sqrt, sin, co
 include "_common.pxi"
 include "_vecmath.pxi"
 include "_special_math.pxi"
+include "_pool.pxi"
+
+from libc.stdlib cimport malloc, free
 
 cdef enum:
     # unary, floating (integers promote to float before they reach the kernel)
@@ -732,8 +735,110 @@ cdef bint _pow_scalar(double* x, double* y, Py_ssize_t m, double e, int cdt) noe
     return True
 
 
+# The hot ops' loops with the op fixed outside them (the generic loops call _f_unary/_f_binary/
+# _f_ternary per element, whose op dispatch costs more than the arithmetic). Speed only: the same
+# double expressions, evaluated in the same order (the build targets baseline x86-64, so nothing is
+# contracted to a fused multiply-add); sqrt is IEEE's correctly rounded square root either way.
+cdef extern from *:
+    """
+    #include <emmintrin.h>
+    /* x[:m] = sqrt(x[:m]) (SSE2 sqrtpd: correctly rounded, as libm's sqrt; the negative and NaN
+       inputs give the same default or propagated NaN as its sqrtsd) */
+    static void ek_sqrt_block(double *x, Py_ssize_t m) {
+        Py_ssize_t i = 0;
+        for (; i + 2 <= m; i += 2) _mm_storeu_pd(x + i, _mm_sqrt_pd(_mm_loadu_pd(x + i)));
+        for (; i < m; i++) x[i] = _mm_cvtsd_f64(_mm_sqrt_sd(_mm_setzero_pd(), _mm_set_sd(x[i])));
+    }
+    """
+    void ek_sqrt_block(double* x, Py_ssize_t m) noexcept nogil
+
+
+cdef bint _fast_unary(int op, double* x, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t i
+    if op == U_SQRT:
+        ek_sqrt_block(x, m)
+    elif op == U_RSQRT:
+        ek_sqrt_block(x, m)
+        for i in range(m):
+            x[i] = 1.0 / x[i]
+    elif op == U_RECIPROCAL:
+        for i in range(m):
+            x[i] = 1.0 / x[i]
+    elif op == U_NEG:
+        for i in range(m):
+            x[i] = -x[i]
+    elif op == U_SQUARE:
+        for i in range(m):
+            x[i] = x[i] * x[i]
+    else:
+        return False
+    return True
+
+
+cdef bint _fast_binary(int op, double* x, const double* y, Py_ssize_t m) noexcept nogil:
+    cdef Py_ssize_t i
+    if op == B_TANH_BWD:
+        for i in range(m):
+            x[i] = x[i] * (1.0 - y[i] * y[i])
+    elif op == B_SIGMOID_BWD:
+        for i in range(m):
+            x[i] = x[i] * (1.0 - y[i]) * y[i]
+    else:
+        return False
+    return True
+
+
+cdef bint _fast_ternary(int op, double* x, const double* y, const double* z, Py_ssize_t m,
+                        Params* p, bint weight_scalar) noexcept nogil:
+    cdef Py_ssize_t i
+    cdef double v = p.d[0], a, b, c
+    if op == T_ADDCMUL:
+        for i in range(m):
+            x[i] = x[i] + v * y[i] * z[i]
+    elif op == T_ADDCDIV:
+        for i in range(m):
+            x[i] = x[i] + v * (y[i] / z[i])
+    elif op == T_LERP and weight_scalar:   # one weight: one branch of the two-sided form
+        c = z[0]
+        if fabs(c) < 0.5:
+            for i in range(m):
+                x[i] = x[i] + c * (y[i] - x[i])
+        else:
+            for i in range(m):
+                x[i] = y[i] - (y[i] - x[i]) * (1.0 - c)
+    elif op == T_LERP:
+        for i in range(m):
+            a, b, c = x[i], y[i], z[i]
+            x[i] = a + c * (b - a) if fabs(c) < 0.5 else b - (b - a) * (1.0 - c)
+    else:
+        return False
+    return True
+
+
+_fast_loops = True   # tests switch them off to compare them with the generic loops
+_split_enabled = True  # likewise the split of large launches over two threads
+
+
+def set_split(bint enabled):
+    """Turns the two-thread split of large launches on or off (results are the same; for tests);
+    returns the old setting."""
+    global _split_enabled
+    old = _split_enabled
+    _split_enabled = enabled
+    return old
+
+
+def set_fast_loops(bint enabled):
+    """Turns the op-specialised loops (_fast_unary/_fast_binary/_fast_ternary) on or off (results
+    are the same; for tests); returns the old setting."""
+    global _fast_loops
+    old = _fast_loops
+    _fast_loops = enabled
+    return old
+
+
 cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
-                     double* x, double* y, double* z, bint vector) noexcept nogil:
+                     double* x, double* y, double* z, bint vector, bint fast) noexcept nogil:
     cdef Py_ssize_t n = iter_row_len(it)
     cdef Py_ssize_t j, m, i
     cdef Py_ssize_t so = iter_row_stride(it, 0)
@@ -748,7 +853,7 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
             if dts[0] != cdt:
                 round_block_to(x, m, cdt)
             if arity == 1:
-                if not (vector and _vector_unary(op, x, m, p)):
+                if not (vector and _vector_unary(op, x, m, p)) and not (fast and _fast_unary(op, x, m)):
                     for i in range(m):
                         x[i] = _f_unary(op, x[i], p)
             else:
@@ -757,15 +862,17 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
                     round_block_to(y, m, cdt)
                 if arity == 2:
                     # pow with a Scalar exponent (parameter 1): CPU's special cases.
-                    if not (op == B_POW and p.i[0] == 1 and s2 == 0 and _pow_scalar(x, y, m, y[0], cdt)):
+                    if not (op == B_POW and p.i[0] == 1 and s2 == 0 and _pow_scalar(x, y, m, y[0], cdt)) \
+                            and not (fast and _fast_binary(op, x, y, m)):
                         for i in range(m):
                             x[i] = _f_binary(op, x[i], y[i], p, cdt)
                 else:
                     load_block(ptrs[3] + j * s3, s3, dts[2], m, z)
                     if dts[2] != cdt:
                         round_block_to(z, m, cdt)
-                    for i in range(m):
-                        x[i] = _f_ternary(op, x[i], y[i], z[i], p)
+                    if not (fast and _fast_ternary(op, x, y, z, m, p, s3 == 0)):
+                        for i in range(m):
+                            x[i] = _f_ternary(op, x[i], y[i], z[i], p)
             if odt != cdt and odt != DT_BOOL:
                 if cdt == DT_FLOAT16 or cdt == DT_BFLOAT16:
                     round_block_to(x, m, DT_FLOAT32)   # opmath: the float32 result, then ...
@@ -774,6 +881,79 @@ cdef void _run_float(NdIter* it, char** ptrs, int arity, int op, int odt, int* d
             j += m
         if not iter_next_row(it, ptrs):
             break
+
+
+# Large floating launches of these ops (pure functions of each element: libm, arithmetic) run in
+# two halves of the iteration's outer dimension, on this thread and the pool's helper (_pool.pxi):
+# each element is computed by the same loops either way.
+cdef enum:
+    _SPLIT_ELEMENTS = 1 << 17
+
+_SPLIT_UNARY = frozenset({U_SQRT, U_RSQRT, U_RECIPROCAL, U_NEG, U_SQUARE, U_ABS, U_RELU, U_EXP, U_TANH,
+                          U_SIGMOID, U_SILU, U_GELU, U_GELU_TANH, U_LOG, U_SIN, U_COS})
+_SPLIT_BINARY = frozenset({B_POW, B_TANH_BWD, B_SIGMOID_BWD, B_SILU_BWD, B_GELU_BWD, B_GELU_TANH_BWD,
+                           B_MAXIMUM, B_MINIMUM})
+_SPLIT_TERNARY = frozenset({T_LERP, T_ADDCMUL, T_ADDCDIV, T_CLAMP})
+
+
+ctypedef struct _FloatJob:
+    NdIter it
+    char* ptrs[4]
+    int arity, op, odt, cdt
+    int dts[3]
+    Params p
+    bint vector, fast
+    double x[BLOCK]
+    double y[BLOCK]
+    double z[BLOCK]
+
+
+cdef void _float_job(void* arg) noexcept nogil:
+    cdef _FloatJob* j = <_FloatJob*>arg
+    _run_float(&j.it, j.ptrs, j.arity, j.op, j.odt, j.dts, j.cdt, &j.p, j.x, j.y, j.z, j.vector, j.fast)
+
+
+cdef bint _splittable(NdIter* it, char** ptrs, int arity) noexcept nogil:
+    """The output overlaps no input, or is exactly one of them (in place, same strides)."""
+    cdef Py_ssize_t lo[4]
+    cdef Py_ssize_t hi[4]
+    cdef int k, d
+    cdef bint same
+    for k in range(arity + 1):
+        lo[k] = hi[k] = <Py_ssize_t>ptrs[k]
+        for d in range(it.ndim):
+            if it.strides[k * MAX_RANK + d] > 0:
+                hi[k] += it.strides[k * MAX_RANK + d] * (it.shape[d] - 1)
+            else:
+                lo[k] += it.strides[k * MAX_RANK + d] * (it.shape[d] - 1)
+        hi[k] += 8                         # the widest element
+    for k in range(1, arity + 1):
+        if lo[k] < hi[0] and lo[0] < hi[k]:
+            same = ptrs[k] == ptrs[0]
+            for d in range(it.ndim):
+                same = same and it.strides[k * MAX_RANK + d] == it.strides[d]
+            if not same:
+                return False
+    return True
+
+
+cdef void _run_float_split(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt,
+                           Params* p, bint vector, bint fast, _FloatJob* jobs) noexcept nogil:
+    """_run_float over the two halves of dimension 0 of ``it``, as two pool chunks."""
+    cdef Py_ssize_t half = it.shape[0] // 2, start
+    cdef int h, k
+    for h in range(2):
+        jobs[h].it = it[0]
+        jobs[h].it.shape[0] = half if h == 0 else it.shape[0] - half
+        start = 0 if h == 0 else half
+        for k in range(arity + 1):
+            jobs[h].ptrs[k] = ptrs[k] + start * it.strides[k * MAX_RANK]
+        jobs[h].arity, jobs[h].op, jobs[h].odt, jobs[h].cdt = arity, op, odt, cdt
+        for k in range(arity):
+            jobs[h].dts[k] = dts[k]
+        jobs[h].p = p[0]
+        jobs[h].vector, jobs[h].fast = vector, fast
+    ek_pool_run(_float_job, <void*>jobs, sizeof(_FloatJob), 2)
 
 
 cdef int _run_int(NdIter* it, char** ptrs, int arity, int op, int odt, int* dts, int cdt, Params* p,
@@ -826,7 +1006,8 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     cdef char* ptrs[4]
     cdef int dts[3]
     cdef int odt, cdt, k, failed = 0
-    cdef bint vector
+    cdef bint vector, fast, split
+    cdef _FloatJob* jobs = NULL
     cdef Params p
     cdef double dx[BLOCK]
     cdef double dy[BLOCK]
@@ -855,9 +1036,20 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     for k in range(arity):
         ptrs[k + 1] = as_ptr(operands[k][0], f"{kind} operand address")
     vector = _vector_op(arity, code, odt, cdt) and _vector_enabled
+    fast = _fast_loops
+    split = (_split_enabled and is_floating(cdt) and it.size >= _SPLIT_ELEMENTS and it.shape[0] >= 2
+             and code in (_SPLIT_UNARY, _SPLIT_BINARY, _SPLIT_TERNARY)[arity - 1]
+             and _splittable(&it, ptrs, arity))
+    if split:
+        jobs = <_FloatJob*>malloc(2 * sizeof(_FloatJob))
+        if jobs == NULL:
+            split = False
     with nogil:
-        if is_floating(cdt):
-            _run_float(&it, ptrs, arity, code, odt, dts, cdt, &p, dx, dy, dz, vector)
+        if split:
+            _run_float_split(&it, ptrs, arity, code, odt, dts, cdt, &p, vector, fast, jobs)
+            free(jobs)
+        elif is_floating(cdt):
+            _run_float(&it, ptrs, arity, code, odt, dts, cdt, &p, dx, dy, dz, vector, fast)
         else:
             failed = _run_int(&it, ptrs, arity, code, odt, dts, cdt, &p, ix, iy, iz)
     if failed:

@@ -122,3 +122,24 @@ def test_trace_entries_setting_is_validated():
     assert runtime.Settings.from_environment({"EMU_TRACE_ENTRIES": "0"}).trace_entries == 0
     with pytest.raises(runtime.InvalidValueError, match="EMU_TRACE_ENTRIES"):
         runtime.Settings.from_environment({"EMU_TRACE_ENTRIES": "-3"})
+
+
+def test_launches_that_differ_only_in_a_zero_are_decoded_apart():
+    # 0 == 0.0 == -0.0 == False: the decode cache keys such launches by each zero's type and sign,
+    # so a repeated launch with a zero argument is cached and a different zero is not mistaken
+    # for it (a fill of -0.0 after one of +0.0 writes -0.0).
+    rt = runtime.Runtime(settings=runtime.Settings(preset="tiny"))
+    n = 8
+    a = rt.malloc(0, 4 * n)
+    ref = TensorRef(False, 0, a, F32, (n,), (1,))
+    host = np.full(n, 5.0, np.float32)
+    href = TensorRef(True, -1, host.ctypes.data, F32, (n,), (1,))
+    firmware = rt.driver.transport.devices[0].firmware
+    for value, sign in ((0.0, 1.0), (-0.0, -1.0), (0.0, 1.0), (-0.0, -1.0), (0, 1.0), (False, 1.0)):
+        rt.launch("fill", (ref, value), rt.stream(0))
+        rt.memcpy(href, ref, rt.stream(0), blocking=True)
+        assert np.all(host == 0) and np.all(np.copysign(1.0, host) == sign), (value, host)
+    before = len(firmware._launches)
+    rt.launch("fill", (ref, -0.0), rt.stream(0))          # seen before: a cache hit, no new entry
+    rt.device_synchronize(0)
+    assert len(firmware._launches) == before
