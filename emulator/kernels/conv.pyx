@@ -37,16 +37,7 @@ include "_pool.pxi"
 cdef enum:
     _SPLIT_ELEMENTS = 1 << 16
 
-_split_enabled = True
-
-
-def set_split(bint enabled):
-    """Turns the two-thread split of large launches on or off (results are the same; for tests);
-    returns the old setting."""
-    global _split_enabled
-    old = _split_enabled
-    _split_enabled = enabled
-    return old
+include "_split.pxi"
 
 
 cdef inline bint _apart(const char* a, Py_ssize_t* sa, Py_ssize_t* ext_a, int na,

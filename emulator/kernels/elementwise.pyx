@@ -219,16 +219,7 @@ cdef void _f32_with_scalar(char** ptrs, Py_ssize_t n, int op, bint a_contig, bin
 cdef enum:
     _SPLIT_ELEMENTS = 1 << 17
 
-_split_enabled = True
-
-
-def set_split(bint enabled):
-    """Turns the two-thread split of large launches on or off (results are the same; for tests);
-    returns the old setting."""
-    global _split_enabled
-    old = _split_enabled
-    _split_enabled = enabled
-    return old
+include "_split.pxi"
 
 
 ctypedef struct _F32Job:

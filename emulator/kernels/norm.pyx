@@ -528,16 +528,7 @@ cdef void _forward(Walk* outer, Walk* inner, char** op, FwdArgs* a, flt_t* bx, f
 cdef enum:
     _SPLIT_ELEMENTS = 1 << 16
 
-_split_enabled = True
-
-
-def set_split(bint enabled):
-    """Turns the two-thread split of large launches on or off (results are the same; for tests);
-    returns the old setting."""
-    global _split_enabled
-    old = _split_enabled
-    _split_enabled = enabled
-    return old
+include "_split.pxi"
 
 
 ctypedef struct _FwdJob:

@@ -816,16 +816,7 @@ cdef bint _fast_ternary(int op, double* x, const double* y, const double* z, Py_
 
 
 _fast_loops = True   # tests switch them off to compare them with the generic loops
-_split_enabled = True  # likewise the split of large launches over two threads
-
-
-def set_split(bint enabled):
-    """Turns the two-thread split of large launches on or off (results are the same; for tests);
-    returns the old setting."""
-    global _split_enabled
-    old = _split_enabled
-    _split_enabled = enabled
-    return old
+include "_split.pxi"
 
 
 def set_fast_loops(bint enabled):
