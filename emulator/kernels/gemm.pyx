@@ -6,8 +6,9 @@ Models the matrix engine's numerics contract: float16/bfloat16 operands are
 widened to float32, products accumulate in float32, alpha/beta are applied in
 float32 and the result is rounded once to the output dtype; float32 runs in
 float32 and float64 in float64.  The arithmetic itself is delegated to the
-host BLAS (scipy.linalg.cython_blas sgemm/dgemm), so the summation order --
-and hence the last bits -- is BLAS's, not a systolic array's. bfloat16 x
+host BLAS (MKL's sgemm/dgemm from torch's libtorch_cpu.so where found, else
+scipy.linalg.cython_blas's OpenBLAS; see below), so the summation order -- and
+hence the last bits -- is BLAS's, not a systolic array's. bfloat16 x
 bfloat16 products run on the host's AMX tiles instead where it has them
 (_amx.pxi: the same contract, bf16 products summed in float32; subnormals
 flushed as TDPBF16PS does).
@@ -46,20 +47,33 @@ include "_common.pxi"
 include "_amx.pxi"
 include "_pool.pxi"
 
-# The matrix engine's functional GEMM calls BLAS single-threaded: on a shared 2-core host a
-# threaded OpenBLAS GEMM was up to 10x slower than a single-threaded one (its workers spin-wait for
-# descheduled siblings). A large GEMM is instead split here in two blocks of the output, one BLAS
-# call each, that this thread and one helper take in turn (_blas_gemm, _pool.pxi): a helper that is
-# not scheduled costs at most the block it holds. Neither changes the results (each element is
-# computed by the same kernel over the same K order; OpenBLAS's own threads also split only M and
-# N). The count is set around each call and put back, through OpenBLAS's
-# openblas_set_num_threads_local found next to sgemm (dladdr); with another BLAS nothing is changed.
+# Two BLAS providers run the matrix engine's float32/float64 GEMM (the summation order, and hence
+# the last bits, are the provider's; the contract above holds for both):
+#
+# * MKL (the default where it is found): the MKL that the torch wheel links into libtorch_cpu.so,
+#   loaded by path at import (torch itself need not be imported), with its own OpenMP threads. Each
+#   call sets MKL's thread-local count to a fixed team (_MKL_TEAM for a GEMM, one thread per
+#   matrix of a batch of two or more, which then splits over the pool), so the bits depend on the
+#   shapes only, not on torch.set_num_threads, OMP_NUM_THREADS or the helper switch. With two
+#   threads this is the call torch's CPU mm makes, and the results match it bit for bit. GNU
+#   OpenMP cannot start a thread team in a child forked after it ran one (the child hangs; torch's
+#   CPU ops do too), so a forked child runs its GEMMs on one MKL thread: there a sum over K that
+#   the team would split can round differently.
+# * OpenBLAS (scipy.linalg.cython_blas, EMU_BLAS=openblas, or where MKL is absent): called
+#   single-threaded (on a shared 2-core host a threaded OpenBLAS GEMM was up to 10x slower than a
+#   single-threaded one: its workers spin-wait for descheduled siblings). A large GEMM is split
+#   here in two blocks of the output, one BLAS call each, that this thread and one helper take in
+#   turn (_blas_gemm, _pool.pxi): a helper that is not scheduled costs at most the block it holds.
+#   Neither changes the results (each element is computed by the same kernel over the same K
+#   order; OpenBLAS's own threads also split only M and N). The count is set around each call and
+#   put back, through OpenBLAS's openblas_set_num_threads_local found next to sgemm (dladdr).
 cdef extern from *:
     """
     #ifndef _GNU_SOURCE
     #define _GNU_SOURCE
     #endif
     #include <dlfcn.h>
+    #include <pthread.h>
     typedef int (*ek_set_threads_fn)(int);
     static ek_set_threads_fn ek_blas_set_threads;
     static int ek_blas_probed;
@@ -80,12 +94,152 @@ cdef extern from *:
         if (ek_blas_set_threads && threads > 1) ek_blas_set_threads(threads);
     }
 
+    /* MKL's Fortran-interface GEMMs (LP64) and its thread-local thread count. */
+    typedef void (*ek_sgemm_fn)(const char *, const char *, const int *, const int *, const int *,
+                                const float *, const float *, const int *, const float *, const int *,
+                                const float *, float *, const int *);
+    typedef void (*ek_dgemm_fn)(const char *, const char *, const int *, const int *, const int *,
+                                const double *, const double *, const int *, const double *,
+                                const int *, const double *, double *, const int *);
+    typedef void (*ek_mkl_version_fn)(char *, int);
+    static ek_sgemm_fn ek_mkl_sgemm;
+    static ek_dgemm_fn ek_mkl_dgemm;
+    static ek_set_threads_fn ek_mkl_set_threads_local;
+    static int ek_use_mkl;        /* 1: the GEMMs below call MKL */
+    static int ek_mkl_forked;     /* 1: this process is a forked child: one MKL thread */
+    static void ek_mkl_after_fork(void) { ek_mkl_forked = 1; }
+
+    /* Loads MKL's entry points from the library at path; 1 on success (version filled in). */
+    static int ek_mkl_load(const char *path, char *version, int len) {
+        static int fork_handled;
+        void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        ek_mkl_version_fn ver;
+        if (!lib) return 0;
+        ver = (ek_mkl_version_fn)dlsym(lib, "MKL_Get_Version_String");
+        ek_mkl_sgemm = (ek_sgemm_fn)dlsym(lib, "sgemm_");
+        ek_mkl_dgemm = (ek_dgemm_fn)dlsym(lib, "dgemm_");
+        ek_mkl_set_threads_local = (ek_set_threads_fn)dlsym(lib, "MKL_Set_Num_Threads_Local");
+        if (!ver || !ek_mkl_sgemm || !ek_mkl_dgemm || !ek_mkl_set_threads_local) {
+            ek_mkl_sgemm = NULL;
+            ek_mkl_dgemm = NULL;
+            ek_mkl_set_threads_local = NULL;
+            return 0;
+        }
+        if (!fork_handled) fork_handled = pthread_atfork(NULL, NULL, ek_mkl_after_fork) == 0;
+        if (!fork_handled) return 0;
+        ver(version, len);
+        return 1;
+    }
+    static int ek_mkl_select(int on) {
+        int old = ek_use_mkl;
+        ek_use_mkl = on && ek_mkl_sgemm != NULL;
+        return old;
+    }
+    static void ek_mkl_gemm_s(int threads, const char *ta, const char *tb, const int *m, const int *n,
+                              const int *k, const float *alpha, const float *a, const int *lda,
+                              const float *b, const int *ldb, const float *beta, float *c,
+                              const int *ldc) {
+        int old = ek_mkl_set_threads_local(ek_mkl_forked ? 1 : threads);
+        ek_mkl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        ek_mkl_set_threads_local(old);
+    }
+    static void ek_mkl_gemm_d(int threads, const char *ta, const char *tb, const int *m, const int *n,
+                              const int *k, const double *alpha, const double *a, const int *lda,
+                              const double *b, const int *ldb, const double *beta, double *c,
+                              const int *ldc) {
+        int old = ek_mkl_set_threads_local(ek_mkl_forked ? 1 : threads);
+        ek_mkl_dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        ek_mkl_set_threads_local(old);
+    }
     """
     void ek_blas_probe(void* sgemm_ptr)
     int ek_blas_single_thread() noexcept nogil
     void ek_blas_restore_threads(int threads) noexcept nogil
+    int ek_mkl_load(const char* path, char* version, int len)
+    int ek_mkl_select(int on)
+    int ek_use_mkl
+    void ek_mkl_gemm_s(int threads, const char* ta, const char* tb, const int* m, const int* n,
+                       const int* k, const float* alpha, const float* a, const int* lda,
+                       const float* b, const int* ldb, const float* beta, float* c,
+                       const int* ldc) noexcept nogil
+    void ek_mkl_gemm_d(int threads, const char* ta, const char* tb, const int* m, const int* n,
+                       const int* k, const double* alpha, const double* a, const int* lda,
+                       const double* b, const int* ldb, const double* beta, double* c,
+                       const int* ldc) noexcept nogil
 
 ek_blas_probe(<void*>sgemm)
+
+# MKL's thread team for one GEMM (a fixed count: the bits depend on it).
+cdef enum:
+    _MKL_TEAM = 2
+
+_mkl_version = None
+
+
+def _find_mkl():
+    """(path, version) of the MKL in torch's libtorch_cpu.so, or None (torch is not imported)."""
+    import importlib.util
+    import os
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for root in spec.submodule_search_locations:
+        path = os.path.join(root, "lib", "libtorch_cpu.so")
+        if os.path.exists(path):
+            buf = bytearray(256)
+            if ek_mkl_load(path.encode(), <char*>buf, len(buf) - 1):
+                return path, bytes(buf).split(b"\0", 1)[0].decode(errors="replace").strip()
+    return None
+
+
+def set_blas(name):
+    """Chooses the BLAS of the float32/float64 GEMMs: "mkl" or "openblas"; returns the previous
+    choice. "mkl" raises RuntimeError where no MKL was found."""
+    global _mkl_version
+    if name not in ("mkl", "openblas"):
+        raise ValueError(f"set_blas: expected 'mkl' or 'openblas', got {name!r}")
+    old = blas()
+    if name == "mkl":
+        if _mkl_version is None:
+            found = _find_mkl()
+            if found is None:
+                raise RuntimeError("set_blas('mkl'): no MKL found (it is looked for in torch's "
+                                   "lib/libtorch_cpu.so); use 'openblas'")
+            _mkl_version = found[1]
+        ek_mkl_select(1)
+    else:
+        ek_mkl_select(0)
+    return old
+
+
+def blas():
+    """The BLAS the float32/float64 GEMMs call now: "mkl" or "openblas"."""
+    return "mkl" if ek_use_mkl else "openblas"
+
+
+def blas_version():
+    """A line naming the BLAS in use (MKL's own version string, or OpenBLAS from scipy)."""
+    return _mkl_version if ek_use_mkl else "OpenBLAS (scipy.linalg.cython_blas)"
+
+
+def _select_blas_at_import():
+    import os
+    choice = os.environ.get("EMU_BLAS", "").strip().lower() or "auto"
+    if choice not in ("auto", "mkl", "openblas"):
+        raise ValueError(f"EMU_BLAS must be 'mkl', 'openblas' or unset (auto), got {choice!r}")
+    if choice == "openblas":
+        return
+    try:
+        set_blas("mkl")
+    except RuntimeError:
+        if choice == "mkl":
+            raise
+
+
+_select_blas_at_import()
 
 ctypedef fused real_t:
     float
@@ -179,15 +333,22 @@ cdef void _run_chunk(void* arg) noexcept nogil:
 
 
 cdef void _blas_gemm(char ta, char tb, int m, int n, int k, real_t alpha, real_t* A, int lda,
-                     real_t* B, int ldb, real_t beta, real_t* C, int ldc) noexcept nogil:
-    """BLAS gemm (column-major), as one call or as up to _MAX_CHUNKS calls on disjoint blocks of
-    C split along its longer side (m: rows of op(A); n: columns of op(B)), run on this thread and
-    the helper. Every element of C is computed by the same kernel over the same K order either way."""
+                     real_t* B, int ldb, real_t beta, real_t* C, int ldc, int threads) noexcept nogil:
+    """BLAS gemm (column-major). MKL: one call on a team of ``threads`` MKL threads. OpenBLAS: one
+    call, or up to _MAX_CHUNKS calls on disjoint blocks of C split along its longer side (m: rows
+    of op(A); n: columns of op(B)), run on this thread and the helper; every element of C is
+    computed by the same kernel over the same K order either way (``threads`` is not used)."""
     cdef _BlasChunk chunks[_MAX_CHUNKS]
     cdef double mnk = <double>m * n * k
     cdef int pieces = <int>(mnk / _CHUNK_MNK), along_m = m >= n, extent = m if m >= n else n
     cdef int step, lo, hi, count = 0
     cdef _BlasChunk* c
+    if ek_use_mkl:
+        if real_t is float:
+            ek_mkl_gemm_s(threads, &ta, &tb, &m, &n, &k, &alpha, A, &lda, B, &ldb, &beta, C, &ldc)
+        else:
+            ek_mkl_gemm_d(threads, &ta, &tb, &m, &n, &k, &alpha, A, &lda, B, &ldb, &beta, C, &ldc)
+        return
     if pieces > _MAX_CHUNKS:
         pieces = _MAX_CHUNKS
     if pieces > extent // _CHUNK_ALIGN:
@@ -246,11 +407,11 @@ cdef void _batch_job(void* arg) noexcept nogil:
         if j.f64:
             j.rc = _gemm(j.po + i * j.osb, j.odt, j.os0, j.os1, j.pa + i * j.asb, j.adt, j.as0, j.as1,
                          j.pb + i * j.bsb, j.bdt, j.bs0, j.bs1, j.pc + i * j.csb, j.cdt, j.cs0, j.cs1,
-                         j.m, j.n, j.k, j.alpha, j.beta)
+                         j.m, j.n, j.k, j.alpha, j.beta, 1)
         else:
             j.rc = _gemm(j.po + i * j.osb, j.odt, j.os0, j.os1, j.pa + i * j.asb, j.adt, j.as0, j.as1,
                          j.pb + i * j.bsb, j.bdt, j.bs0, j.bs1, j.pc + i * j.csb, j.cdt, j.cs0, j.cs1,
-                         j.m, j.n, j.k, <float>j.alpha, <float>j.beta)
+                         j.m, j.n, j.k, <float>j.alpha, <float>j.beta, 1)
         if j.rc != 0:
             break
 
@@ -278,8 +439,8 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
                char* a, int adt, Py_ssize_t as0, Py_ssize_t as1,
                char* b, int bdt, Py_ssize_t bs0, Py_ssize_t bs1,
                char* c, int cdt, Py_ssize_t cs0, Py_ssize_t cs1,
-               int M, int N, int K, real_t alpha, real_t beta) noexcept nogil:
-    """Returns 0, or -1 if scratch allocation failed."""
+               int M, int N, int K, real_t alpha, real_t beta, int threads) noexcept nogil:
+    """Returns 0, or -1 if scratch allocation failed. ``threads``: MKL's team (see _blas_gemm)."""
     cdef int want = DT_FLOAT32 if real_t is float else DT_FLOAT64
     cdef Py_ssize_t isz = itemsize_of(want), i, j
     cdef real_t* abuf = NULL
@@ -295,7 +456,7 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
     cdef const char* lo_x
     cdef const char* hi_x
     cdef bint direct_out, pack_a = False, pack_b = False, c_in_out = False
-    cdef int threads, rc
+    cdef int blas_threads, rc
 
     # bfloat16 x bfloat16 runs on the host's AMX tiles where it has them (_amx.pxi).
     if real_t is float:
@@ -375,9 +536,12 @@ cdef int _gemm(char* out, int odt, Py_ssize_t os0, Py_ssize_t os1,
             for j in range(N):
                 C[i * ldc + j] = 0 if beta == 0 else beta * C[i * ldc + j]
     else:
-        threads = ek_blas_single_thread()
-        _blas_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc)
-        ek_blas_restore_threads(threads)
+        if ek_use_mkl:
+            _blas_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, threads)
+        else:
+            blas_threads = ek_blas_single_thread()
+            _blas_gemm(tb, ta, N, M, K, alpha, B, ldb, A, lda, beta, C, ldc, 1)
+            ek_blas_restore_threads(blas_threads)
 
     if not direct_out:
         for i in range(M):                          # the single rounding to the output dtype
@@ -528,10 +692,10 @@ def matmul(out_addr, out_dtype, out_strides2, a_addr, a_dtype, a_strides2,
                               m, n, k, ialpha, ibeta)
         elif adt == DT_FLOAT64 or bdt == DT_FLOAT64:
             rc = _gemm(po, odt, os0, os1, pa, adt, as0, as1, pb, bdt, bs0, bs1, pc, cdt, cs0, cs1,
-                       m, n, k, dalpha, dbeta)
+                       m, n, k, dalpha, dbeta, _MKL_TEAM)
         else:
             rc = _gemm(po, odt, os0, os1, pa, adt, as0, as1, pb, bdt, bs0, bs1, pc, cdt, cs0, cs1,
-                       m, n, k, <float>dalpha, <float>dbeta)
+                       m, n, k, <float>dalpha, <float>dbeta, _MKL_TEAM)
     if rc != 0:
         raise MemoryError("matmul: could not allocate scratch buffers")
 
@@ -571,7 +735,7 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
     cdef double dbeta = float(beta), dalpha = float(alpha)
     cdef int64_t ibeta = 0, ialpha = 0
     cdef bint split
-    cdef int h
+    cdef int h, team
     cdef _BatchJob jobs[2]
     cdef const char* lo_o
     cdef const char* hi_o
@@ -606,6 +770,9 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
         pc = as_ptr(c_addr, "bmatmul c_addr")
     if integer:
         ibeta, ialpha = _int_scalar(beta, "beta"), _int_scalar(alpha, "alpha")
+    # MKL's team for each matrix of the batch: one thread as soon as there are two matrices (they
+    # may split over the pool), whether or not they do split: the bits depend on the shape only.
+    team = 1 if nb >= 2 else _MKL_TEAM
     split = (not integer and not reduce and nb >= 2 and (adt == DT_FLOAT32 or adt == DT_FLOAT64)
              and (bdt == DT_FLOAT32 or bdt == DT_FLOAT64) and <double>nb * m * n * k >= _CHUNK_MNK)
     if split:
@@ -647,11 +814,11 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
                 elif f64:
                     rc = _gemm(po + i * osb, odt, os0, os1, pa + i * asb, adt, as0, as1,
                                pb + i * bsb, bdt, bs0, bs1, pc + i * csb, cdt, cs0, cs1,
-                               <int>m, <int>n, <int>k, dalpha, dbeta)
+                               <int>m, <int>n, <int>k, dalpha, dbeta, team)
                 else:
                     rc = _gemm(po + i * osb, odt, os0, os1, pa + i * asb, adt, as0, as1,
                                pb + i * bsb, bdt, bs0, bs1, pc + i * csb, cdt, cs0, cs1,
-                               <int>m, <int>n, <int>k, <float>dalpha, <float>dbeta)
+                               <int>m, <int>n, <int>k, <float>dalpha, <float>dbeta, team)
                 if rc != 0:
                     break
         elif integer:
@@ -679,10 +846,10 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
                 if dbeta != 0:
                     if f64:
                         rc = _gemm(scratch, want, n * want_isz, want_isz, NULL, adt, 0, 0, NULL, bdt, 0, 0,
-                                   pc, cdt, cs0, cs1, <int>m, <int>n, 0, dalpha, dbeta)
+                                   pc, cdt, cs0, cs1, <int>m, <int>n, 0, dalpha, dbeta, _MKL_TEAM)
                     else:
                         rc = _gemm(scratch, want, n * want_isz, want_isz, NULL, adt, 0, 0, NULL, bdt, 0, 0,
-                                   pc, cdt, cs0, cs1, <int>m, <int>n, 0, <float>dalpha, <float>dbeta)
+                                   pc, cdt, cs0, cs1, <int>m, <int>n, 0, <float>dalpha, <float>dbeta, _MKL_TEAM)
             else:
                 for i in range(nb):
                     if f64:
@@ -690,13 +857,14 @@ def bmatmul(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides3,
                                    pb + i * bsb, bdt, bs0, bs1,
                                    pc if i == 0 else scratch, cdt if i == 0 else want,
                                    cs0 if i == 0 else n * want_isz, cs1 if i == 0 else want_isz,
-                                   <int>m, <int>n, <int>k, dalpha, dbeta if i == 0 else 1.0)
+                                   <int>m, <int>n, <int>k, dalpha, dbeta if i == 0 else 1.0, _MKL_TEAM)
                     else:
                         rc = _gemm(scratch, want, n * want_isz, want_isz, pa + i * asb, adt, as0, as1,
                                    pb + i * bsb, bdt, bs0, bs1,
                                    pc if i == 0 else scratch, cdt if i == 0 else want,
                                    cs0 if i == 0 else n * want_isz, cs1 if i == 0 else want_isz,
-                                   <int>m, <int>n, <int>k, <float>dalpha, <float>(dbeta if i == 0 else 1.0))
+                                   <int>m, <int>n, <int>k, <float>dalpha, <float>(dbeta if i == 0 else 1.0),
+                                   _MKL_TEAM)
                     if rc != 0:
                         break
             if rc == 0:
