@@ -20,6 +20,7 @@ cdef extern from *:
     static int ek_pool_state;   /* 0: no helper yet, 1: running, -1: could not start one */
     static int ek_pool_helpers = 1;
     static __thread int ek_pool_in_job;   /* a chunk running on this thread: no nested split */
+    static unsigned long long ek_pool_jobs; /* jobs handed to the helper so far (for tests) */
 
     /* Takes the next chunk of the current job (under ek_pool_mu): its index, or -1. */
     static int ek_pool_claim(void) {
@@ -74,6 +75,7 @@ cdef extern from *:
         }
         ek_pool_in_job = 1;
         pthread_mutex_lock(&ek_pool_mu);
+        ek_pool_jobs++;
         ek_job_fn = fn;
         ek_job_args = (char *)args;
         ek_job_stride = stride;
@@ -93,6 +95,7 @@ cdef extern from *:
         pthread_mutex_unlock(&ek_pool_mu);
         ek_pool_in_job = 0;
     }
+    static unsigned long long ek_pool_job_count(void) { return ek_pool_jobs; }
     static int ek_pool_set_helpers(int n) {
         int old = ek_pool_helpers;
         ek_pool_helpers = n > 0 ? 1 : 0;
@@ -102,3 +105,4 @@ cdef extern from *:
     ctypedef void (*ek_chunk_fn)(void* arg) noexcept nogil
     void ek_pool_run(ek_chunk_fn fn, void* args, size_t stride, int n) noexcept nogil
     int ek_pool_set_helpers(int n) noexcept nogil
+    unsigned long long ek_pool_job_count() noexcept nogil

@@ -11,3 +11,8 @@ def set_split(bint enabled):
     old = _split_enabled
     _split_enabled = enabled
     return old
+
+
+def split_jobs():
+    """How many launches of this module were split over the helper thread so far (for tests)."""
+    return ek_pool_job_count()

@@ -550,8 +550,9 @@ cdef void _fwd_job(void* arg) noexcept nogil:
         _forward(&j.outer, &j.inner, j.ptrs, &j.a, fs, fs + BLOCK, fs + 2 * BLOCK, fs + 3 * BLOCK)
 
 
-cdef bint _y_apart_from_x(Walk* outer, Walk* inner, char** ptrs) noexcept nogil:
-    """y overlaps x nowhere, or is x itself (same address and strides: in place)."""
+cdef bint _y_apart_from_x(Walk* outer, Walk* inner, char** ptrs, int* dts) noexcept nogil:
+    """y overlaps x nowhere, or is x itself (same address and strides: in place). Each extent ends
+    with its own last element (adjacent buffers do not overlap)."""
     cdef const char* lo[2]
     cdef const char* hi[2]
     cdef int k, d
@@ -574,7 +575,7 @@ cdef bint _y_apart_from_x(Walk* outer, Walk* inner, char** ptrs) noexcept nogil:
                 hi[k] += inner.strides[k * MAX_RANK + d] * (inner.shape[d] - 1)
             else:
                 lo[k] += inner.strides[k * MAX_RANK + d] * (inner.shape[d] - 1)
-        hi[k] += 8
+        hi[k] += itemsize_of(dts[k])
     return hi[0] <= lo[1] or hi[1] <= lo[0]
 
 
@@ -637,7 +638,7 @@ def norm_forward(y, x, w, b, mean_out, rstd_out, mean_in, var_in, run_mean, run_
         if ops.has[k]:
             ptrs[k] = as_ptr(ops.addrs[k], f"{what} operand {k}")
     split = (_split_enabled and n > 0 and outer.shape[0] >= 2 and outer.size * n >= _SPLIT_ELEMENTS
-             and _y_apart_from_x(&outer, &inner, ptrs))
+             and _y_apart_from_x(&outer, &inner, ptrs, a.dt))
     if split:
         jobs = <_FwdJob*>malloc(2 * sizeof(_FwdJob))
         split = jobs != NULL

@@ -904,8 +904,9 @@ cdef void _float_job(void* arg) noexcept nogil:
     _run_float(&j.it, j.ptrs, j.arity, j.op, j.odt, j.dts, j.cdt, &j.p, j.x, j.y, j.z, j.vector, j.fast)
 
 
-cdef bint _splittable(NdIter* it, char** ptrs, int arity) noexcept nogil:
-    """The output overlaps no input, or is exactly one of them (in place, same strides)."""
+cdef bint _splittable(NdIter* it, char** ptrs, int arity, int odt, int* dts) noexcept nogil:
+    """The output overlaps no input, or is exactly one of them (in place, same strides). Each
+    operand's extent ends with its own last element (adjacent buffers do not overlap)."""
     cdef Py_ssize_t lo[4]
     cdef Py_ssize_t hi[4]
     cdef int k, d
@@ -917,7 +918,7 @@ cdef bint _splittable(NdIter* it, char** ptrs, int arity) noexcept nogil:
                 hi[k] += it.strides[k * MAX_RANK + d] * (it.shape[d] - 1)
             else:
                 lo[k] += it.strides[k * MAX_RANK + d] * (it.shape[d] - 1)
-        hi[k] += 8                         # the widest element
+        hi[k] += itemsize_of(odt if k == 0 else dts[k - 1])
     for k in range(1, arity + 1):
         if lo[k] < hi[0] and lo[0] < hi[k]:
             same = ptrs[k] == ptrs[0]
@@ -1030,7 +1031,7 @@ cdef _pointwise(str kind, int arity, int code, bint float_only, bint integral_on
     fast = _fast_loops
     split = (_split_enabled and is_floating(cdt) and it.size >= _SPLIT_ELEMENTS and it.shape[0] >= 2
              and code in (_SPLIT_UNARY, _SPLIT_BINARY, _SPLIT_TERNARY)[arity - 1]
-             and _splittable(&it, ptrs, arity))
+             and _splittable(&it, ptrs, arity, odt, dts))
     if split:
         jobs = <_FloatJob*>malloc(2 * sizeof(_FloatJob))
         if jobs == NULL:

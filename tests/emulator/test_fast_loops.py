@@ -376,3 +376,40 @@ def test_large_norm_forward_split_over_two_threads_equals_one_thread(kind):
     finally:
         norm.set_split(True)
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("dt", [D.FLOAT32, D.BFLOAT16, D.FLOAT64])
+def test_an_output_right_after_its_input_still_splits(dt):
+    # Adjacent buffers (the caching allocator hands out neighbouring blocks) do not overlap: a
+    # large launch whose output starts where its input ends splits over the helper, and computes
+    # what one thread computes.
+    from emulator.kernels import norm
+    n = BIG[0] * BIG[1]
+    rng = np.random.default_rng(4)
+    buf = np.zeros(2 * n, NP[dt])
+    x, y = buf[:n].reshape(BIG), buf[n:].reshape(BIG)
+    x[...] = rng.standard_normal(BIG).astype(NP[dt])
+    got = []
+    for split in (False, True):
+        P.set_split(split)
+        before = P.split_jobs()
+        try:
+            P.unary_op("tanh", _op(y), _op(x), BIG, D.FLOAT64 if dt == D.FLOAT64 else D.FLOAT32)
+        finally:
+            P.set_split(True)
+        assert P.split_jobs() - before == (1 if split else 0)
+        got.append(y.tobytes())
+    assert got[0] == got[1]
+    w = np.ones(BIG[1], NP[dt])
+    wop = (w.ctypes.data, _op(w)[1], (0, 1))
+    for split in (False, True):
+        norm.set_split(split)
+        before = norm.split_jobs()
+        try:
+            norm.norm_forward(_op(y), _op(x), wop, wop, None, None, None, None, None, None, BIG, 1, 1e-5,
+                              0.1, True, False)
+        finally:
+            norm.set_split(True)
+        assert norm.split_jobs() - before == (1 if split else 0)
+        got.append(y.tobytes())
+    assert got[2] == got[3]
