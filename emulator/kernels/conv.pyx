@@ -40,13 +40,14 @@ cdef enum:
 include "_split.pxi"
 
 
-cdef inline bint _apart(const char* a, Py_ssize_t* sa, Py_ssize_t* ext_a, int na,
-                        const char* b, Py_ssize_t* sb, Py_ssize_t* ext_b, int nb) noexcept nogil:
-    """The byte ranges of two strided operands (extents ext, byte strides s) do not overlap."""
+cdef inline bint _apart(const char* a, Py_ssize_t* sa, Py_ssize_t* ext_a, int na, int dta,
+                        const char* b, Py_ssize_t* sb, Py_ssize_t* ext_b, int nb, int dtb) noexcept nogil:
+    """The byte ranges of two strided operands (extents ext, byte strides s, dtypes dt) do not
+    overlap; each range ends with its own last element (adjacent buffers are apart)."""
     cdef const char* lo_a = a
-    cdef const char* hi_a = a + 8
+    cdef const char* hi_a = a + itemsize_of(dta)
     cdef const char* lo_b = b
-    cdef const char* hi_b = b + 8
+    cdef const char* hi_b = b + itemsize_of(dtb)
     cdef int d
     for d in range(na):
         if sa[d] > 0:
@@ -303,7 +304,7 @@ cdef void _im2col_run(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const cha
     cext[0], cext[1], cext[2], cext[3], cext[4], cext[5], cext[6] = g.C, g.kD, g.kH, g.kW, g.oD, g.oH, g.oW
     xext[0], xext[1], xext[2], xext[3] = g.C, g.D, g.H, g.W
     if (not split or g.C < 2 or x == NULL or g.C * g.kD * g.kH * g.kW * g.oD * g.oH * g.oW < _SPLIT_ELEMENTS
-            or not _apart(col, cs, cext, 7, x, xs, xext, 4)):
+            or not _apart(col, cs, cext, 7, cdt, x, xs, xext, 4, xdt)):
         _im2col(g, col, cdt, cs, x, xdt, xs)
         return
     for h in range(2):
@@ -544,8 +545,9 @@ cdef void _max_pool_run(Planes* p, const char* x, int xdt, char* y, int ydt, cha
     yext[0], yext[1], yext[2], yext[3] = p.N, p.C, p.OH, p.OW
     dim = 0 if p.N >= 2 else 1
     split = (split and xext[dim] >= 2 and p.N * p.C * p.H * p.W >= _SPLIT_ELEMENTS
-             and _apart(y, p.ys, yext, 4, x, p.xs, xext, 4) and _apart(ind, is_, yext, 4, x, p.xs, xext, 4)
-             and _apart(ind, is_, yext, 4, y, p.ys, yext, 4))
+             and _apart(y, p.ys, yext, 4, ydt, x, p.xs, xext, 4, xdt)
+             and _apart(ind, is_, yext, 4, DT_INT64, x, p.xs, xext, 4, xdt)
+             and _apart(ind, is_, yext, 4, DT_INT64, y, p.ys, yext, 4, ydt))
     for h in range(2 if split else 1):
         jobs[h].p = p[0]
         jobs[h].x, jobs[h].y, jobs[h].ind = x, y, ind

@@ -413,3 +413,26 @@ def test_an_output_right_after_its_input_still_splits(dt):
         assert norm.split_jobs() - before == (1 if split else 0)
         got.append(y.tobytes())
     assert got[2] == got[3]
+
+
+def test_a_max_pool_output_right_after_its_input_still_splits():
+    # As above, for conv.pyx's overlap check (max-pool and im2col share it).
+    from emulator.kernels import conv
+    shape, out_shape = (4, 64, 32, 32), (4, 64, 16, 16)
+    n, m = int(np.prod(shape)), int(np.prod(out_shape))
+    buf = np.zeros(n + m, np.float32)
+    x, y = buf[:n].reshape(shape), buf[n:].reshape(out_shape)
+    ind = np.zeros(out_shape, np.int64)
+    x[...] = np.random.default_rng(2).standard_normal(shape)
+    got = []
+    for split in (False, True):
+        conv.set_split(split)
+        before = conv.split_jobs()
+        try:
+            conv.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), out_shape, ind.ctypes.data, _st(ind),
+                            x.ctypes.data, D.FLOAT32, _st(x), shape, 3, 3, 2, 2, 1, 1, 1, 1)
+        finally:
+            conv.set_split(True)
+        assert conv.split_jobs() - before == (1 if split else 0)
+        got.append(y.tobytes() + ind.tobytes())
+    assert got[0] == got[1]
