@@ -222,8 +222,11 @@ cdef void _im2col(Geometry* g, char* col, int cdt, Py_ssize_t* cs, const char* x
     cdef bint typed = cdt == xdt and (cdt == DT_FLOAT32 or cdt == DT_FLOAT64) and cs[6] == isz
     cdef bint fast = typed and g.sw * xs[3] == isz
     cdef Py_ssize_t step = g.sw * xs[3]
-    if fast and g.kD == 1 and g.oD == 1 and g.D == 1 and g.pd == 0:
-        _im2col_2d(g, col, cs, x, xs, isz)
+    if fast and g.kD == 1 and g.pd == 0 and g.sd == 1:
+        # A depth-1 window with unit stride and no padding: output depth od reads input depth od
+        # only, so each depth is a 2-d im2col (the plugin stands a batch's samples there).
+        for od in range(g.oD):
+            _im2col_2d(g, col + od * cs[4], cs, x + od * xs[1], xs, isz)
         return
     for j in range(BLOCK):
         zeros[j] = 0

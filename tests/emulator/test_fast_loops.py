@@ -436,3 +436,31 @@ def test_a_max_pool_output_right_after_its_input_still_splits():
         assert conv.split_jobs() - before == (1 if split else 0)
         got.append(y.tobytes() + ind.tobytes())
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("dt", [D.FLOAT32, D.FLOAT64])
+@pytest.mark.parametrize("stride,pad", [(1, 1), (2, 0), (2, 3)])
+def test_im2col_over_samples_in_depth_equals_one_im2col_per_sample(dt, stride, pad):
+    # The convolution lowering puts a batch's samples in im2col's depth (a depth-1 window, unit
+    # stride, no padding): one launch must write what one launch per sample writes.
+    from emulator.kernels import conv
+    N, C, H, W, k = 5, 7, 13, 11, 3
+    oh, ow = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
+    L, R = oh * ow, 5 * oh * ow
+    x = np.random.default_rng(8).standard_normal((N, C, H, W)).astype(NP[dt])
+    isz = x.itemsize
+    params = (1, stride, stride, 0, pad, pad, 1, 1, 1)
+    cstr = (k * k * R, R, k * R, R, L, ow, 1)
+    cols = []
+    for batched in (False, True):
+        col = np.full((C * k * k, R), np.nan, NP[dt])
+        if batched:
+            conv.im2col(col.ctypes.data, dt, cstr, (C, 1, k, k, N, oh, ow), x.ctypes.data, dt,
+                        (H * W, C * H * W, W, 1), (C, N, H, W), params)
+        else:
+            for n in range(N):
+                conv.im2col(col.ctypes.data + n * L * isz, dt, cstr, (C, 1, k, k, 1, oh, ow),
+                            x.ctypes.data + n * C * H * W * isz, dt, (H * W, 0, W, 1), (C, 1, H, W), params)
+        cols.append(col.tobytes())
+    assert cols[0] == cols[1]
+    assert not np.isnan(np.frombuffer(cols[1], NP[dt])).any()

@@ -243,6 +243,22 @@ def _im2col(conv: _Conv, col, image: torch.Tensor, n: int, grid, column: int = 0
     rt().launch("im2col", (ref, _sample_ref(image, n)) + conv.params, current_stream(conv.device))
 
 
+def _im2col_samples(conv: _Conv, col, image: torch.Tensor, first: int, count: int, row_stride: int):
+    """One im2col of samples first..first+count of a 1-d/2-d convolution into the (C * K, count * L)
+    columns of a batch (row stride ``row_stride``): the samples stand in the kernel's depth, a
+    depth-1 window with unit stride and no padding, so output depth d is sample first + d."""
+    k = image.dim() - 2
+    C = image.shape[1]
+    x = _ref(image, first * image.stride(0), (C, count) + _pad3(image.shape[2:], k, 1)[1:],
+             (image.stride(1), image.stride(0)) + _pad3(image.stride()[2:], k, 0)[1:])
+    grid = _pad3(conv.out_spatial, k, 1)[1:]
+    kernel = _pad3(conv.kernel, k, 1)[1:]
+    L = prod(grid)
+    shape = (C, 1) + kernel + (count,) + grid
+    strides = (kernel[0] * kernel[1] * row_stride, row_stride, kernel[1] * row_stride, row_stride, L, grid[1], 1)
+    rt().launch("im2col", (_ref(col, 0, shape, strides), x) + conv.params, current_stream(conv.device))
+
+
 def _col2im(conv: _Conv, image: torch.Tensor, n: int, col, grid, bias):
     ref = _col_ref(col, image.shape[1], conv.kernel, grid)
     bias_ref = None if bias is None else device_ref(bias)
@@ -299,7 +315,8 @@ _BATCHED_SCRATCH = 1 << 24   # elements of the batch's column matrix (larger bat
 
 def _conv_forward_batched(conv: _Conv, x, weight, bias, out, L):
     """Ungrouped convolution with few output positions: im2col of a chunk of samples into one
-    (C*K, n*L) column matrix, ONE GEMM ``(Og, n*L) = bias + W @ col`` into a scratch, then one
+    (C*K, n*L) column matrix (one launch for a 1-d/2-d convolution, the samples in the kernel's
+    depth; one per sample for a 3-d one), ONE GEMM ``(Og, n*L) = bias + W @ col`` into a scratch, then one
     strided copy of that scratch into the chunk's (n, Og, L) outputs (its only rounding when the
     scratch has the output's dtype)."""
     device = conv.device
@@ -312,8 +329,11 @@ def _conv_forward_batched(conv: _Conv, x, weight, bias, out, L):
     for first in range(0, conv.batch, chunk):
         n_here = min(chunk, conv.batch - first)
         width = n_here * L
-        for i in range(n_here):
-            _im2col(conv, col, x, first + i, conv.out_spatial, column=i * L, row_stride=chunk * L)
+        if len(conv.kernel) <= 2:
+            _im2col_samples(conv, col, x, first, n_here, chunk * L)
+        else:
+            for i in range(n_here):
+                _im2col(conv, col, x, first + i, conv.out_spatial, column=i * L, row_stride=chunk * L)
         b = _ref(col, 0, (rows, width), (chunk * L, 1))
         o = _ref(tmp, 0, (Og, width), (chunk * L, 1))
         c = None if bias is None else _ref(bias, 0, (Og, width), (bias.stride(0), 0))
