@@ -177,7 +177,8 @@ _mkl_version = None
 
 
 def _find_mkl():
-    """(path, version) of the MKL in torch's libtorch_cpu.so, or None (torch is not imported)."""
+    """(path, version) of the MKL in torch's lib/libtorch_cpu.so, loaded (not torch itself); None
+    where torch is not installed or its library has no MKL entry points."""
     import importlib.util
     import os
     try:
