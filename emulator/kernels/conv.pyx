@@ -161,32 +161,31 @@ cdef inline void _window_row(char* row, const char* src, Py_ssize_t lo, Py_ssize
     """row[:lo] = 0, row[lo:hi] = src[lo:hi], row[hi:n] = 0 for 4- or 8-byte elements, copied as
     integers (bit for bit, as memcpy/memset): loops the compiler vectorises, cheaper than three
     library calls on the short rows of small images. src may be NULL when lo == hi."""
-    cdef Py_ssize_t j
-    cdef uint32_t* r4
-    cdef const uint32_t* s4
-    cdef uint64_t* r8
-    cdef const uint64_t* s8
     if isz == 4:
-        r4, s4 = <uint32_t*>row, <const uint32_t*>src
-        for j in range(lo):
-            r4[j] = 0
-        for j in range(lo, hi):
-            r4[j] = s4[j]
-        for j in range(hi, n):
-            r4[j] = 0
+        _window_words(<uint32_t*>row, <const uint32_t*>src, lo, hi, n)
     else:
-        r8, s8 = <uint64_t*>row, <const uint64_t*>src
-        for j in range(lo):
-            r8[j] = 0
-        for j in range(lo, hi):
-            r8[j] = s8[j]
-        for j in range(hi, n):
-            r8[j] = 0
+        _window_words(<uint64_t*>row, <const uint64_t*>src, lo, hi, n)
+
+
+ctypedef fused word_t:
+    uint32_t
+    uint64_t
+
+
+cdef inline void _window_words(word_t* row, const word_t* src, Py_ssize_t lo, Py_ssize_t hi,
+                               Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t j
+    for j in range(lo):
+        row[j] = 0
+    for j in range(lo, hi):
+        row[j] = src[j]
+    for j in range(hi, n):
+        row[j] = 0
 
 
 cdef void _im2col_2d(Geometry* g, char* col, Py_ssize_t* cs, const char* x, Py_ssize_t* xs,
                      Py_ssize_t isz) noexcept nogil:
-    """_im2col's fast case, a 2-d image (kD = oD = D = 1, no depth padding) of float32/float64
+    """_im2col's fast case, a 2-d image (one depth of a depth-1 window without depth padding) of float32/float64
     read with unit stride along its rows into contiguous column rows: the same bytes, with the row
     and image pointers stepped instead of recomputed (small images have many short rows)."""
     cdef Py_ssize_t c, kh, kw, oh, ih, lo, hi, off

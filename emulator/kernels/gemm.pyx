@@ -135,22 +135,18 @@ cdef extern from *:
         ek_use_mkl = on && ek_mkl_sgemm != NULL;
         return old;
     }
-    static void ek_mkl_gemm_s(int threads, const char *ta, const char *tb, const int *m, const int *n,
-                              const int *k, const float *alpha, const float *a, const int *lda,
-                              const float *b, const int *ldb, const float *beta, float *c,
-                              const int *ldc) {
-        int old = ek_mkl_set_threads_local(ek_mkl_forked ? 1 : threads);
-        ek_mkl_sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        ek_mkl_set_threads_local(old);
-    }
-    static void ek_mkl_gemm_d(int threads, const char *ta, const char *tb, const int *m, const int *n,
-                              const int *k, const double *alpha, const double *a, const int *lda,
-                              const double *b, const int *ldb, const double *beta, double *c,
-                              const int *ldc) {
-        int old = ek_mkl_set_threads_local(ek_mkl_forked ? 1 : threads);
-        ek_mkl_dgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        ek_mkl_set_threads_local(old);
-    }
+    /* ek_mkl_gemm_s / ek_mkl_gemm_d: one MKL call on a team of `threads` (one in a forked child),
+       the caller's thread-local count put back after it. */
+    #define EK_MKL_GEMM(name, T, fn)                                                               \
+        static void name(int threads, const char *ta, const char *tb, const int *m, const int *n,   \
+                         const int *k, const T *alpha, const T *a, const int *lda, const T *b,       \
+                         const int *ldb, const T *beta, T *c, const int *ldc) {                      \
+            int old = ek_mkl_set_threads_local(ek_mkl_forked ? 1 : threads);                          \
+            fn(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);                                 \
+            ek_mkl_set_threads_local(old);                                                            \
+        }
+    EK_MKL_GEMM(ek_mkl_gemm_s, float, ek_mkl_sgemm)
+    EK_MKL_GEMM(ek_mkl_gemm_d, double, ek_mkl_dgemm)
     """
     void ek_blas_probe(void* sgemm_ptr)
     int ek_blas_single_thread() noexcept nogil
