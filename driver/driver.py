@@ -27,7 +27,7 @@ log = logging.getLogger("seed.driver")
 
 # What user space describes a tensor operand with; the driver adds the context's asid.
 TensorRef = namedtuple("TensorRef", "host device address dtype shape strides")
-MAX_RANK = 12
+MAX_RANK = 64  # torch's own limit of dim lists; the kernel library's (emulator/kernels/_common.pxi)
 _ITEMSIZE = abi.ELEMENT_SIZE
 _INT = frozenset({int})
 _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type(None)})
@@ -55,6 +55,9 @@ class Context:
         self.asid = asid
         self.space = space
         self.fault: FirmwareRecordError | None = None  # sticky: context or device scope
+        # Operation-scope records (a command the firmware rejected): raised once, at the next
+        # synchronising call on the context; nothing else is poisoned.
+        self.errors: list[FirmwareRecordError] = []
         # TensorRef -> validated abi.TensorDescriptor. Validation is a pure function of the operand
         # and the context, and a training loop launches the same operands over and over.
         self.descriptors = LRUCache(DESCRIPTOR_CACHE_ENTRIES)
@@ -388,6 +391,8 @@ class Driver:
                 self._record_fault(device, payload)
             elif vector == abi.Irq.INTERNAL_ERROR:  # an emulator bug: reported once, never sticky
                 pending.append(payload)
+            elif vector == abi.Irq.POISONED:  # a command read unwritten data: its outputs to collect
+                self.poison_pending = True
         return handle
 
     def _raise_internal_error(self) -> None:
@@ -403,10 +408,21 @@ class Driver:
             raise err
 
     def check_context(self, context: Context) -> None:
-        """Raises the context's sticky fault, if any, else (once) an emulator bug the firmware reported."""
+        """Raises the context's sticky fault, if any, else (once) a command the firmware rejected
+        (``raise_operation_error``), else (once) an emulator bug the firmware reported."""
         if context.fault is not None:
             raise context.fault
+        self.raise_operation_error(context)
         self._raise_internal_error()
+
+    def raise_operation_error(self, context: Context) -> None:
+        """Raises (once) the first operation-scope record of ``context`` since the last call (the
+        others in ``details["more"]``), then forgets them: the context is not faulted."""
+        if context.errors:
+            records, context.errors = context.errors, []
+            err = records[0]
+            err.details["more"] = records[1:]
+            raise err
 
     # -- faults: scopes, poisoned outputs, retired pages -------------------
     def _record_fault(self, device: int, record) -> None:
@@ -414,7 +430,11 @@ class Driver:
         err = FirmwareRecordError(record)
         err.launch_blocking = self.launch_blocking  # how the runtime will report it (for its message)
         self.poison_pending = True
-        if err.scope == "device":
+        if err.scope == "operation":
+            context = self._contexts.get(record.asid)
+            if context is not None:
+                context.errors.append(err)
+        elif err.scope == "device":
             if device not in self.device_faults:
                 self.device_faults[device] = err
             for context in self._contexts.values():
@@ -593,6 +613,7 @@ class Driver:
             dump["retired_mappings"] = self._retire_pages(device, endpoint.take_bad_pages())
             for context in contexts:
                 context.fault = None
+                context.errors = []
                 endpoint.clear_context_fault(context.asid)
             for queue in queues:
                 queue.fault = None

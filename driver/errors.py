@@ -18,7 +18,7 @@ class DriverStatus(IntEnum):
     OUT_OF_MEMORY = 3
     FIRMWARE_VERSION_MISMATCH = 4
     INVALID_HANDLE = 5
-    CONTEXT_FAULTED = 6     # a page fault or kernel fault poisoned the context (sticky)
+    CONTEXT_FAULTED = 6     # a hardware fault (page fault, bus error) poisoned the context (sticky)
     DEADLOCK = 7            # a wait no queued command can satisfy
     NOT_INITIALIZED = 8
     INVALID_CONFIGURATION = 9  # the hardware description names a bad field
@@ -38,23 +38,26 @@ class DriverError(Exception):
         super().__init__(f"[{status.name}] {message}")
 
 
-_SCOPE_STATUS = {"context": DriverStatus.CONTEXT_FAULTED, "stream": DriverStatus.STREAM_FAULTED,
+# A firmware record of operation scope (a command the firmware rejected) is INVALID_ARGUMENT.
+_SCOPE_STATUS = {"operation": DriverStatus.INVALID_ARGUMENT, "context": DriverStatus.CONTEXT_FAULTED, "stream": DriverStatus.STREAM_FAULTED,
                  "device": DriverStatus.DEVICE_NEEDS_RESET}
 
 
 def describe_record(record) -> str:
-    """One line naming the hardware event behind a firmware error record and its correlation id."""
+    """One line naming the hardware event (or, for an operation-scope record, the rejected command)
+    behind a firmware error record and its correlation id."""
     status = record.status.name if hasattr(record.status, "name") else str(record.status)
     kind = abi.STATUS_KIND.get(record.status, status.lower())
     where = f" at 0x{record.address:x}" if record.address is not None else ""
-    return (f"hardware event {kind} on device {record.device}, engine {record.unit}{where}, "
+    event = "rejected command" if abi.STATUS_SCOPE.get(record.status) == "operation" else "hardware event"
+    return (f"{event} {kind} on device {record.device}, engine {record.unit}{where}, "
             f"t={record.sim_time_ns:.0f} ns (firmware status {status}, ring {record.ring}, "
             f"correlation id {record.seq}): {record.detail}")
 
 
 class FirmwareRecordError(DriverError):
     """A firmware error record, decoded: the root of a device-fault cause chain. ``scope`` is the
-    record's (abi.STATUS_SCOPE): context, stream or device; ``kind`` the hardware event's kind and
+    record's (abi.STATUS_SCOPE): operation, context, stream or device; ``kind`` the hardware event's kind and
     ``seq`` the faulting command's correlation id."""
 
     def __init__(self, record):

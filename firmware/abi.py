@@ -11,7 +11,7 @@ from collections import namedtuple
 from enum import IntEnum
 
 ABI_MAJOR = 1
-ABI_MINOR = 1  # 1.1: COLLECTIVE
+ABI_MINOR = 2  # 1.1: COLLECTIVE; 1.2: INVALID_ARGUMENT, Irq.POISONED, operation-scope statuses
 FIRMWARE_VERSION = (ABI_MAJOR, ABI_MINOR, 0)
 
 
@@ -47,6 +47,7 @@ class ElementType(IntEnum):
     UINT64 = 12
     COMPLEX64 = 13     # two float32: real, imaginary
     COMPLEX128 = 14    # two float64: real, imaginary
+    COMPLEX32 = 15     # two float16: real, imaginary (torch.chalf)
 
 
 # Bytes per element, and the name of each type (the torch dtype it carries has the same name).
@@ -55,7 +56,8 @@ ELEMENT_SIZE = {int(ElementType.BOOL): 1, int(ElementType.UINT8): 1, int(Element
                 int(ElementType.INT16): 2, int(ElementType.INT32): 4, int(ElementType.INT64): 8,
                 int(ElementType.FLOAT16): 2, int(ElementType.BFLOAT16): 2, int(ElementType.FLOAT32): 4,
                 int(ElementType.FLOAT64): 8, int(ElementType.UINT16): 2, int(ElementType.UINT32): 4,
-                int(ElementType.UINT64): 8, int(ElementType.COMPLEX64): 8, int(ElementType.COMPLEX128): 16}
+                int(ElementType.UINT64): 8, int(ElementType.COMPLEX64): 8, int(ElementType.COMPLEX128): 16,
+                int(ElementType.COMPLEX32): 4}
 ELEMENT_NAMES = {int(t): t.name.lower() for t in ElementType}
 
 
@@ -82,12 +84,15 @@ class Status(IntEnum):
     LINK_DOWN = 13
     PEER_LINK_ERROR = 14
     DEVICE_RESET = 15     # not executed: the device was reset while it was queued
+    INVALID_ARGUMENT = 16  # a kernel rejected its launch arguments (KernelArgumentError): nothing ran
 
 
 class Irq(IntEnum):
     COMPLETION = 1    # payload: Completion
     ERROR = 2         # payload: ErrorRecord
     INTERNAL_ERROR = 3  # payload: InternalErrorRecord (an emulator bug, not a device fault; not sticky)
+    POISONED = 4      # payload: the seq of a command skipped because it read data a failed command never
+                      # wrote; its own outputs are noted as not written too (take_poisoned_writes)
 
 
 TensorDescriptor = namedtuple("TensorDescriptor", "space device asid address dtype shape strides")
@@ -129,11 +134,13 @@ TraceEntry = namedtuple("TraceEntry", "device ring seq name engine start_ns end_
 InternalErrorRecord = namedtuple("InternalErrorRecord", "device ring seq asid unit sim_time_ns detail traceback")
 
 
-# What each error status poisons: "context" (sticky for the asid), "stream" (that ring's queued work
-# is aborted until the driver acknowledges), "device" (every ring aborted until a reset).
+# What each error status poisons: "operation" (only that command: it did not run and its outputs hold
+# no valid data; the ring and the context go on: a command the firmware rejects, never a hardware
+# event), "context" (sticky for the asid), "stream" (that ring's queued work is aborted until the
+# driver acknowledges), "device" (every ring aborted until a reset).
 STATUS_SCOPE = {
-    Status.INVALID_COMMAND: "context", Status.PAGE_FAULT: "context", Status.BUS_ERROR: "context",
-    Status.KERNEL_FAULT: "context", Status.UNKNOWN_KERNEL: "context",
+    Status.INVALID_COMMAND: "operation", Status.UNKNOWN_KERNEL: "operation", Status.INVALID_ARGUMENT: "operation",
+    Status.PAGE_FAULT: "context", Status.BUS_ERROR: "context", Status.KERNEL_FAULT: "context",
     Status.ECC_UNCORRECTABLE: "device", Status.DMA_ERROR: "stream", Status.DMA_TIMEOUT: "stream",
     Status.ENGINE_HANG: "device", Status.HEARTBEAT_LOST: "device", Status.RING_CORRUPTED: "stream",
     Status.LINK_DOWN: "device", Status.PEER_LINK_ERROR: "stream", Status.DEVICE_RESET: "device",
@@ -147,6 +154,7 @@ STATUS_KIND = {
     Status.ENGINE_HANG: "engine_hang", Status.HEARTBEAT_LOST: "firmware_crash",
     Status.RING_CORRUPTED: "ring_corruption", Status.LINK_DOWN: "link_down",
     Status.PEER_LINK_ERROR: "peer_link_error", Status.DEVICE_RESET: "device_reset",
+    Status.INVALID_ARGUMENT: "invalid_argument",
 }
 KIND_STATUS = {kind: status for status, kind in STATUS_KIND.items()}
 

@@ -6,12 +6,16 @@ functional effect on device memory happens once that time has passed, before the
 ring's next command starts. While no other event is due first, a ring books its
 commands ahead of the simulation clock, so a burst costs one DES event. Signals
 write fence semaphores and raise a completion interrupt. Hardware faults and
-kernel argument errors become ``ErrorRecord``s raised as error interrupts; after
-one, the later commands of its scope (abi.STATUS_SCOPE: the context, the ring, or the
-whole device) are not executed (status ABORTED, their outputs noted as poisoned) but
-fences are still signalled so the host never waits forever, and the driver reports the
-error at the next synchronisation. Any other exception is an emulator bug: an
-``InternalErrorRecord`` with its traceback, and the ring goes on.
+kernel argument errors become ``ErrorRecord``s raised as error interrupts. A command the
+firmware rejects (a kernel's ``KernelArgumentError``, an unknown kernel, an invalid opcode) is
+operation scope: only that command did not run. After a hardware fault, the later commands of
+its scope (abi.STATUS_SCOPE: the context, the ring, or the whole device) are not executed
+(status ABORTED, their outputs noted as poisoned) but fences are still signalled so the host
+never waits forever, and the driver reports the error at the next synchronisation. Either way
+the spans the command should have written are remembered (``poison_ranges``): a command queued
+before the host learnt of it that reads one is skipped too, its outputs poisoned in turn, so no
+later result is computed from data that was never written. Any other exception is an emulator
+bug: an ``InternalErrorRecord`` with its traceback, and the ring goes on.
 
 Injected faults (emulator/faults.py) are consulted once per command while one is armed
 (``faults.armed``). The watchdog works in simulated time: a hung engine or a DMA that never
@@ -85,6 +89,12 @@ class FirmwareInstance:
         self.error_log: list = []            # every ErrorRecord (bounded; the first is always kept)
         self.events: list = []               # every hardware event fired by an injected fault
         self.poisoned_writes: list = []      # (device, asid, va, seq, record) a skipped/faulted command should have written
+        # [device, asid, lo, hi, record, marks]: byte spans a skipped/faulted command did not write. A
+        # command reading one is skipped (its outputs poisoned in turn) while it was queued before the
+        # host collected the poison (``marks``: each ring's submitted count then; None: not collected
+        # yet); later commands are the host's to check (runtime: PoisonedDataError at the launch).
+        self.poison_ranges: list = []
+        self._idle_rings: set = set()        # rings waiting on their doorbell (every command checked)
         self.crashed_at: float | None = None
         self.resets = 0
         self._aborting = False               # any of faulted_asids, ring_faults, device_fault, crashed_at
@@ -124,7 +134,9 @@ class FirmwareInstance:
                     self._complete(ring, pending)
                     pending = None
                     continue  # more may have arrived meanwhile
+                self._idle_rings.add(ring.ring_id)
                 yield ring.doorbell()
+                self._idle_rings.discard(ring.ring_id)
             submit_ns, command = ring.read()
             # The command cannot start before the host wrote it, plus fetch and decode, nor
             # before the ring's previous command completed. Nothing about it (not even a fault)
@@ -193,7 +205,7 @@ class FirmwareInstance:
                 pending = (command, work, end)
                 if effect is not None:
                     pending = effect(pending, now)
-            except (HardwareFault, KernelArgumentError) as fault:  # a device fault: sticky for the context
+            except (HardwareFault, KernelArgumentError) as fault:  # its scope: abi.STATUS_SCOPE
                 self._record_error(ring, command, fault, now)
             except Exception as err:  # anything else is a bug in the emulator, not the user's fault
                 self._report_bug(ring, command, err, now)
@@ -222,19 +234,22 @@ class FirmwareInstance:
             rec = err.record
             status = _KIND_STATUS.get(rec.kind, abi.Status.KERNEL_FAULT)
             unit, address, detail = rec.unit, rec.address, rec.detail
-        else:  # KernelArgumentError: a kernel rejected its launch arguments
-            status, unit, address = abi.Status.KERNEL_FAULT, self._unit_of(command), None
+        else:  # KernelArgumentError: a kernel rejected its launch arguments (operation scope)
+            status, unit, address = abi.Status.INVALID_ARGUMENT, self._unit_of(command), None
             detail = f"{type(err).__name__}: {err}"
         record = abi.ErrorRecord(status, self.device.index, ring.ring_id, command.seq, command.asid,
                                  unit, address, when, detail)
         self._raise_error(ring, command, record)
 
     def _raise_error(self, ring, command, record) -> None:
-        """Applies ``record``'s scope (context: sticky for the asid; stream: the ring's queued work
-        is aborted until the driver acknowledges; device: every ring until a reset), poisons what the
-        command should have written, logs it and raises the error interrupt."""
+        """Applies ``record``'s scope (operation: that command only; context: sticky for the asid;
+        stream: the ring's queued work is aborted until the driver acknowledges; device: every ring
+        until a reset), poisons what the command should have written, logs it and raises the error
+        interrupt."""
         scope = abi.STATUS_SCOPE.get(record.status, "context")
-        if scope == "device":
+        if scope == "operation":
+            pass
+        elif scope == "device":
             if self.device_fault is None:
                 self.device_fault = record
         elif scope == "stream":
@@ -255,20 +270,91 @@ class FirmwareInstance:
 
     # -- faults: aborted work, injection, watchdog, reset ---------------------
     def _skip(self, ring, command) -> bool:
-        """True (and the command's outputs poisoned) when its context, ring or device faulted."""
+        """True (and the command's outputs poisoned) when its context, ring or device faulted, or
+        when it reads a span that a failed command did not write (``poison_ranges``)."""
         record = self.device_fault or self.ring_faults.get(ring.ring_id) or self.faulted_asids.get(command.asid)
         if record is None:
-            return False
+            if not self.poison_ranges:
+                return False
+            record = self._reads_poison(ring, command)
+            if record is None:
+                return False
+            self._poison(command, record)
+            self.device.interrupts.raise_irq(abi.Irq.POISONED, command.seq)
+            return True
         self._poison(command, record)
         return True
 
     def _poison(self, command, record) -> None:
-        """Notes the device operands ``command`` should have written (the driver marks them)."""
+        """Notes the device operands ``command`` should have written (the driver marks them) and
+        remembers their spans (``poison_ranges``)."""
         for desc in _written(command):
             if desc.space == _DEVICE:
                 self.poisoned_writes.append((desc.device, desc.asid, desc.address, command.seq, record))
+                lo, hi = _span(desc)
+                if hi > lo:
+                    self.poison_ranges.append([desc.device, desc.asid, lo, hi, record, None])
         if len(self.poisoned_writes) > POISON_ENTRIES:  # the driver collects at each synchronisation
             del self.poisoned_writes[:len(self.poisoned_writes) - POISON_ENTRIES]
+        if len(self.poison_ranges) > POISON_ENTRIES:
+            del self.poison_ranges[:len(self.poison_ranges) - POISON_ENTRIES]
+        if self.poison_ranges:
+            self._aborting = True
+
+    def _reads_poison(self, ring, command):
+        """The record of a poisoned span that ``command`` reads (None if none). A pure writer (a
+        fill, a copy's destination) that covers a span makes it valid again: the span is dropped."""
+        self._prune_poison_ranges()
+        op = command[0]
+        if op == _COPY:
+            reads, writes = (command.src,), (command.dst,)
+        elif op == _FILL:
+            reads, writes = (), (command.dst,)
+        elif op == _COLLECTIVE:
+            reads, writes = tuple(src for _, src in command.pairs), tuple(dst for dst, _ in command.pairs)
+        elif op == _LAUNCH and isinstance(command.args, tuple):
+            # Any other kernel's operands all count as read: an output may be updated in place.
+            args = command.args
+            if command.kernel == "fill" and args:
+                reads, writes = (), args[:1]
+            elif command.kernel == "copy" and args:
+                reads, writes = args[1:], args[:1]
+            else:
+                reads, writes = args, ()
+        else:
+            return None
+        position = ring.consumed  # this command's place in its ring, plus one
+        ranges = self.poison_ranges
+        for desc in reads:
+            if type(desc) is not abi.TensorDescriptor or desc.space != _DEVICE:
+                continue
+            lo, hi = _span(desc)
+            for device, asid, plo, phi, record, marks in ranges:
+                if (lo < phi and plo < hi and device == desc.device and asid == desc.asid
+                        and (marks is None or position <= marks.get(ring.ring_id, 0))):
+                    return record
+        for desc in writes:
+            if type(desc) is abi.TensorDescriptor and desc.space == _DEVICE and _dense(desc):
+                lo, hi = _span(desc)
+                ranges[:] = [r for r in ranges if not (r[0] == desc.device and r[1] == desc.asid
+                                                       and lo <= r[2] and r[3] <= hi)]
+        self._update_aborting()
+        return None
+
+    def _prune_poison_ranges(self) -> None:
+        """Drops the spans the host collected once every ring has checked all the commands queued
+        before it did (the host checks later ones itself)."""
+        rings = self.device.command_processor.rings
+        idle = self._idle_rings
+
+        def done(marks):
+            for ring_id, submitted in marks.items():
+                ring = rings.get(ring_id)
+                if ring is not None and not (ring.consumed > submitted
+                                             or (ring.consumed == submitted and ring_id in idle)):
+                    return False
+            return True
+        self.poison_ranges[:] = [r for r in self.poison_ranges if r[5] is None or not done(r[5])]
 
     def _inject(self, ring, command, op, now: float):
         """Fires an armed fault at this command (a generator: hangs and timeouts take simulated
@@ -471,6 +557,7 @@ class FirmwareInstance:
         self._abort_waits = self.env.event()
         self._resolved = LRUCache(_RESOLVED_ENTRIES)
         self._launches = LRUCache(_DECODED_ENTRIES)
+        self.poison_ranges = []  # the host treats every allocation of a reset device as it must
         self.faults.reset_state()
         self.resets += 1
 
@@ -484,10 +571,22 @@ class FirmwareInstance:
 
     def _update_aborting(self) -> None:
         self._aborting = bool(self.faulted_asids or self.ring_faults or self.device_fault is not None
-                              or self.crashed_at is not None)
+                              or self.crashed_at is not None or self.poison_ranges)
 
     def take_poisoned_writes(self) -> list:
+        """The outputs noted as not written since the last call. The host knows of them from now
+        on: the spans apply only to the commands queued so far (each ring's submitted count)."""
         writes, self.poisoned_writes = self.poisoned_writes, []
+        if self.poison_ranges:
+            marks = None
+            for r in self.poison_ranges:
+                if r[5] is None:
+                    if marks is None:
+                        marks = {ring_id: ring.submitted
+                                 for ring_id, ring in self.device.command_processor.rings.items()}
+                    r[5] = marks
+            self._prune_poison_ranges()
+            self._update_aborting()
         return writes
 
     def _report_bug(self, ring, command, err, when: float):
@@ -746,6 +845,26 @@ def _written(command) -> tuple:
     if writes == "all":
         return tuple(a for a in args if type(a) is abi.TensorDescriptor)
     return tuple(args[i] for i in writes if i < len(args) and type(args[i]) is abi.TensorDescriptor)
+
+
+def _span(desc) -> tuple:
+    """[lo, hi) bytes of a device descriptor (strides are non-negative: the driver checks them)."""
+    if 0 in desc.shape:
+        return desc.address, desc.address
+    span = 1
+    for n, st in zip(desc.shape, desc.strides):
+        span += (n - 1) * st
+    return desc.address, desc.address + span * dtypes.ITEMSIZE[desc.dtype]
+
+
+def _dense(desc) -> bool:
+    """Whether the descriptor's elements fill its span (C-contiguous, or a single element)."""
+    step = 1
+    for n, st in zip(reversed(desc.shape), reversed(desc.strides)):
+        if n != 1 and st != step:
+            return False
+        step *= n
+    return True
 
 
 def _copy_pairs(*operands) -> None:

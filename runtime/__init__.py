@@ -1,6 +1,6 @@
 """User-mode runtime of the Seed device: devices, streams, events, memory, launches."""
 from driver import ELEMENT_NAMES, ELEMENT_SIZE, FAULT_KINDS, FAULT_SCOPES, FAULT_TRIGGERS, TensorRef
-from runtime.errors import (DeviceFaultError, DeviceNeedsResetError, EmuError, ErrorCode, InitializationError,
+from runtime.errors import (CommandRejectedError, DeviceFaultError, DeviceNeedsResetError, EmuError, ErrorCode, InitializationError,
                             InvalidDeviceError, InvalidValueError, OutOfMemoryError, PoisonedDataError, Scope,
                             StreamError, StreamFaultError)
 from runtime.runtime import (Runtime, configured_device_count, device_of_address, get_runtime, hardware_description,
@@ -11,4 +11,4 @@ from runtime.stream import Event, Stream
 __all__ = ["TensorRef", "ELEMENT_SIZE", "ELEMENT_NAMES", "device_of_address", "hardware_description", "Runtime", "get_runtime", "is_initialized", "configured_device_count", "Settings",
            "Stream", "Event", "EmuError", "ErrorCode", "Scope", "DeviceFaultError", "InitializationError",
            "InvalidDeviceError", "InvalidValueError", "OutOfMemoryError", "StreamError", "DeviceNeedsResetError",
-           "StreamFaultError", "PoisonedDataError", "FAULT_KINDS", "FAULT_SCOPES", "FAULT_TRIGGERS"]
+           "StreamFaultError", "PoisonedDataError", "CommandRejectedError", "FAULT_KINDS", "FAULT_SCOPES", "FAULT_TRIGGERS"]

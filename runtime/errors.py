@@ -1,12 +1,14 @@
 """Runtime error model: error codes and scopes (the cudaError_t analogue).
 
 Scopes say what an error poisons:
-- OPERATION: bad argument, out of memory; nothing else is affected.
+- OPERATION: bad argument, out of memory; nothing else is affected. A command the device rejected
+  (a kernel's argument check, an unknown kernel: ``CommandRejectedError``) is reported once, at the
+  next synchronising call; it did not run, and its outputs raise ``PoisonedDataError`` when read.
 - STREAM: a wait that can never complete on a stream (a cyclic wait), or a DMA/link/ring fault
   that aborted that stream's queued work (reported once; other streams continue).
 - (an emulator bug is OPERATION scope, code INTERNAL: it poisons nothing.)
-- CONTEXT: a page fault or kernel fault; sticky, every later call on that
-  device's context fails the same way until ``recover``.
+- CONTEXT: a hardware fault of the context (an MMU page fault, a bus error); sticky, every later
+  call on that device's context fails the same way until ``reset_device``.
 - DEVICE: the device needs a reset (uncorrectable ECC, lost heartbeat, hung engine, link down);
   ``reset_device`` is the recovery. ``PoisonedDataError`` (operation scope) is raised when a
   tensor is read whose producing command was skipped or faulted, or that lived on a device that
@@ -87,6 +89,15 @@ class OutOfMemoryError(EmuError):
         super().__init__(
             f"emu:{device} out of memory: tried to allocate {requested} bytes; {allocated} bytes allocated "
             f"by tensors, {reserved} bytes reserved by the caching allocator, {free} bytes free of {total}")
+
+
+class CommandRejectedError(EmuError):
+    """The device rejected a queued command (cudaErrorInvalidValue's class): a kernel found its
+    arguments invalid, or the firmware knows no such kernel. Operation scope, never sticky: only
+    that command did not run (its outputs hold no valid data); later work runs normally. Reported
+    once, at the next synchronising call. ``__cause__`` is the driver's decoded firmware record."""
+    code = ErrorCode.INVALID_VALUE
+    scope = Scope.OPERATION
 
 
 class DeviceFaultError(EmuError):

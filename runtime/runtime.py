@@ -3,7 +3,8 @@
 Launches and copies are asynchronous: they are written to a stream's ring and
 the simulation runs later, when the host synchronises. A device fault is
 reported by the next synchronising call (or by the faulting call itself under
-``EMU_LAUNCH_BLOCKING=1``) and is sticky for the context.
+``EMU_LAUNCH_BLOCKING=1``) and is sticky for its scope; a command the device rejected (bad kernel
+arguments) is reported the same way, once, and poisons nothing but its own outputs.
 """
 from __future__ import annotations
 
@@ -37,6 +38,11 @@ def translate_driver_error(err: DriverError) -> errors.EmuError:
         # Device scope: the device can run nothing until a matching firmware is loaded.
         return errors.InitializationError(str(err), code=errors.ErrorCode.FIRMWARE_VERSION_MISMATCH,
                                           scope=errors.Scope.DEVICE)
+    if status == DriverStatus.INVALID_ARGUMENT and getattr(err, "record", None) is not None:
+        # A command the firmware rejected (operation scope): it did not run, nothing is sticky.
+        return errors.CommandRejectedError(
+            f"the device rejected a command: it did not run and its outputs hold no valid data; later "
+            f"work runs normally ({_reporting_note(err)}): {err}")
     if status == DriverStatus.CONTEXT_FAULTED:
         page_fault = err.record is not None and getattr(err.record.status, "name", "") == "PAGE_FAULT"
         code = errors.ErrorCode.ILLEGAL_ADDRESS if page_fault else errors.ErrorCode.KERNEL_FAULT
@@ -82,6 +88,10 @@ def _reporting_note(err: DriverError) -> str:
     seq = getattr(err, "seq", None)
     if getattr(err, "launch_blocking", False):
         return f"raised at the faulting op under EMU_LAUNCH_BLOCKING=1, correlation id {seq}"
+    if getattr(err, "scope", None) == "operation":
+        return (f"reported asynchronously: the rejected command, correlation id {seq}, reached the device "
+                f"after it was queued, and the error surfaces once, at the next synchronising call; set "
+                f"EMU_LAUNCH_BLOCKING=1 to raise it at the op that queued it")
     return (f"reported asynchronously: the faulting command, correlation id {seq}, ran on the device after "
             f"it was queued, and the fault surfaces at the next synchronising call (and every later call "
             f"of its scope); set EMU_LAUNCH_BLOCKING=1 to raise it at the faulting op")
@@ -157,6 +167,14 @@ class Runtime:
         ctx = self.device(device).context
         if ctx.fault is not None:
             raise translate_driver_error(ctx.fault) from ctx.fault
+
+    def _raise_rejected(self, device: int) -> None:
+        """Raises (once) a command of ``device``'s context that the device rejected since the last
+        synchronising call (operation scope: CommandRejectedError)."""
+        try:
+            self.driver.raise_operation_error(self.device(device).context)
+        except DriverError as err:
+            raise translate_driver_error(err) from err
 
     # -- memory ------------------------------------------------------------
     def malloc(self, device: int, nbytes: int, stream_id: int = 0) -> int:
@@ -236,6 +254,8 @@ class Runtime:
                 if self.driver.poison_pending:
                     self._absorb_poisoned()
             self._check(device)
+            if self._devices[device].context.errors:
+                self._raise_rejected(device)
             return t
 
     def stream_synchronize(self, stream: Stream) -> None:
@@ -259,8 +279,14 @@ class Runtime:
 
     def device_synchronize(self, device: int) -> None:
         with self.lock:
+            rejected = None
             for stream in list(self.device(device).streams.values()):
-                self.stream_synchronize(stream)
+                try:
+                    self.stream_synchronize(stream)
+                except errors.CommandRejectedError as err:  # not sticky: wait for the others first
+                    rejected = rejected or err
+            if rejected is not None:
+                raise rejected
 
     def event_create(self, device: int, enable_timing: bool = False) -> Event:
         self.device(device)

@@ -5,6 +5,11 @@
   ``EmuAcceleratorError`` (a ``torch.AcceleratorError``) carrying ``error_code``
   and ``scope``; ``__cause__`` is the runtime error, whose cause is the driver
   error holding the firmware's error record.
+- a command the device rejected (``runtime.CommandRejectedError``: a kernel's argument check, an
+  unknown kernel) -> ``EmuCommandRejectedError``, an ``EmuAcceleratorError`` (so a
+  ``torch.AcceleratorError`` and a ``RuntimeError``, CPU's type for a bad argument) with code
+  INVALID_VALUE and scope "operation": raised once, at the next synchronising call; the device
+  stays usable and only the command's outputs hold no valid data.
 - an invalid device index -> ``EmuAcceleratorError`` with code INVALID_DEVICE
   (also a ``RuntimeError``, like CUDA's invalid device ordinal).
 - a bug in the emulator itself (``runtime.errors.EmulatorBugError``) ->
@@ -28,6 +33,10 @@ class EmuAcceleratorError(torch.AcceleratorError):
         super().__init__(message)
         self.error_code = error_code
         self.scope = scope
+
+
+class EmuCommandRejectedError(EmuAcceleratorError):
+    """The device rejected a queued command's arguments (operation scope, never sticky)."""
 
 
 class EmuInternalError(RuntimeError):
@@ -57,6 +66,8 @@ def translate(err: runtime.EmuError) -> Exception:
     if isinstance(err, EmulatorBugError):
         return EmuInternalError(f"internal error in the emu emulator (a bug, not a fault of your program): {err}",
                                 int(err.code), err.scope.value)
+    if isinstance(err, runtime.CommandRejectedError):
+        return EmuCommandRejectedError(str(err), int(err.code), err.scope.value)
     return EmuAcceleratorError(str(err), int(err.code), err.scope.value)
 
 

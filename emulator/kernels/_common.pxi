@@ -134,7 +134,7 @@ cdef enum:
     NUM_DTYPES = 15
 
 cdef enum:
-    MAX_RANK = 12
+    MAX_RANK = 64    # torch's own limit of dim lists (dim bitsets); every user of MAX_RANK arrays checks it first
     MAX_OPS = 4      # operands of one iteration: out plus up to three inputs
     BLOCK = 256      # scratch block length: 256 doubles x 3 stays in L1
 

@@ -164,37 +164,95 @@ def test_bus_error_when_a_mapping_points_outside_hbm(rig):
     assert record.address == capacity
 
 
+# A command the firmware rejects is operation scope (it used to fault the context, so one bad
+# argument failed every later op until a reset: issue 18): the ring's next command runs.
 def test_unknown_kernel(rig):
     ring = rig.ep(0).create_ring()
     launch = rig.launch("no_such_kernel", (rig.dev(0, 4),))
-    rig.submit(ring, launch, rig.signal(1, 1))
+    rig.submit(ring, launch, rig.fill(rig.dev(256, 4), 2.0), rig.signal(1, 1))
     rig.run_until_sem(1, 1)
     (record,) = rig.errors(0)
-    assert record.status == abi.Status.UNKNOWN_KERNEL
+    assert record.status == abi.Status.UNKNOWN_KERNEL and abi.STATUS_SCOPE[record.status] == "operation"
     assert record.seq == launch.seq
     assert "no_such_kernel" in record.detail
+    assert not rig.ep(0).firmware.faulted_asids
+    assert (rig.hbm(0, 256, 16, np.float32) == 2.0).all()
 
 
-def test_kernel_rejecting_its_operands_is_a_kernel_fault(rig):
+def test_kernel_rejecting_its_operands_is_an_invalid_argument(rig):
     ring = rig.ep(0).create_ring()
     launch = rig.launch("binary", ("frobnicate", rig.dev(0, 4), rig.dev(64, 4), rig.dev(128, 4), F32, 1))
-    rig.submit(ring, launch, rig.signal(1, 1))
+    rig.submit(ring, launch, rig.fill(rig.dev(256, 4), 2.0), rig.signal(1, 1))
     rig.run_until_sem(1, 1)
     (record,) = rig.errors(0)
-    assert record.status == abi.Status.KERNEL_FAULT
+    assert record.status == abi.Status.INVALID_ARGUMENT and abi.STATUS_SCOPE[record.status] == "operation"
     assert record.unit == "vector_engine"
     assert record.seq == launch.seq
+    assert not rig.ep(0).firmware.faulted_asids
+    assert (rig.hbm(0, 256, 16, np.float32) == 2.0).all()
 
 
 def test_unknown_opcode_is_an_invalid_command(rig):
     ring = rig.ep(0).create_ring()
     bogus = abi.FillCommand(99, rig.seq(), 1, rig.dev(0, 4), 0.0)
-    rig.submit(ring, bogus, rig.signal(1, 1))
+    rig.submit(ring, bogus, rig.fill(rig.dev(256, 4), 2.0), rig.signal(1, 1))
     rig.run_until_sem(1, 1)
     (record,) = rig.errors(0)
     assert record.seq == bogus.seq
-    assert record.status == abi.Status.INVALID_COMMAND
+    assert record.status == abi.Status.INVALID_COMMAND and abi.STATUS_SCOPE[record.status] == "operation"
     assert record.unit == "command_processor"
+    assert (rig.hbm(0, 256, 16, np.float32) == 2.0).all()
+
+
+def _bad_add(rig, out, a):
+    """A launch the binary kernel rejects (unknown op) that should have written ``out``."""
+    return rig.launch("binary", ("frobnicate", out, a, a, F32, 1))
+
+
+def _poisoned_seqs(rig):
+    return sorted(seq for *_, seq, _ in rig.ep(0).firmware.take_poisoned_writes())
+
+
+def test_a_command_reading_what_a_rejected_command_did_not_write_is_skipped_and_poisoned(rig):
+    ring = rig.ep(0).create_ring()
+    bad = _bad_add(rig, rig.dev(0, 16), rig.dev(1024, 16))
+    reader = rig.launch("binary", ("add", rig.dev(256, 16), rig.dev(0, 16), rig.dev(1024, 16), F32, 1))
+    reader2 = rig.launch("binary", ("add", rig.dev(512, 16), rig.dev(256, 16), rig.dev(1024, 16), F32, 1))
+    other = rig.fill(rig.dev(2048, 16), 4.0)             # touches nothing poisoned: runs
+    rig.submit(ring, rig.fill(rig.dev(256, 16), -1.0), rig.fill(rig.dev(512, 16), -1.0), bad, reader, reader2,
+               other, rig.signal(1, 1))
+    rig.run_until_sem(1, 1)
+    (record,) = rig.errors(0)                            # one error: the rejected command's
+    assert record.seq == bad.seq
+    assert (rig.hbm(0, 256, 64, np.float32) == -1.0).all()   # the readers did not run ...
+    assert (rig.hbm(0, 512, 64, np.float32) == -1.0).all()
+    assert (rig.hbm(0, 2048, 64, np.float32) == 4.0).all()
+    assert [p for v, p in rig.irqs[0] if v == abi.Irq.POISONED] == [reader.seq, reader2.seq]
+    assert _poisoned_seqs(rig) == [bad.seq, reader.seq, reader2.seq]   # ... and are poisoned too
+
+
+def test_poisoned_spans_apply_only_to_commands_queued_before_the_host_collected_them(rig):
+    fw = rig.ep(0).firmware
+    ring = rig.ep(0).create_ring()
+    rig.submit(ring, _bad_add(rig, rig.dev(0, 16), rig.dev(1024, 16)), rig.signal(1, 1))
+    rig.run_until_sem(1, 1)
+    assert fw.poison_ranges
+    fw.take_poisoned_writes()         # the host knows now (it checks later launches itself) ...
+    assert not fw.poison_ranges       # ... and every queued command was checked: the spans go
+    rig.submit(ring, rig.launch("binary", ("add", rig.dev(256, 16), rig.dev(0, 16), rig.dev(0, 16), F32, 1)),
+               rig.signal(1, 2))
+    rig.run_until_sem(1, 2)
+    assert fw.take_poisoned_writes() == [] and len(rig.errors(0)) == 1
+
+
+def test_a_pure_write_covering_a_poisoned_span_makes_it_valid(rig):
+    ring = rig.ep(0).create_ring()
+    rig.submit(ring, _bad_add(rig, rig.dev(0, 16), rig.dev(1024, 16)), rig.fill(rig.dev(0, 16), 3.0),
+               rig.launch("binary", ("add", rig.dev(256, 16), rig.dev(0, 16), rig.dev(0, 16), F32, 1)),
+               rig.signal(1, 1))
+    rig.run_until_sem(1, 1)
+    assert (rig.hbm(0, 256, 64, np.float32) == 6.0).all()
+    assert not rig.ep(0).firmware.poison_ranges
 
 
 # -- ordering and time -----------------------------------------------------------

@@ -1,7 +1,8 @@
 """Emulator bugs are not device faults (firmware/scheduler.py).
 
-Only a hardware fault or a kernel's ``KernelArgumentError`` becomes an error record (a sticky
-fault of the context). Any other exception raised while a command executes is a bug in the
+Only a hardware fault (sticky for its scope) or a kernel's ``KernelArgumentError`` (an
+operation-scope INVALID_ARGUMENT: only that command did not run) becomes an error record. Any
+other exception raised while a command executes is a bug in the
 emulator: an INTERNAL_ERROR interrupt with the traceback; the context stays healthy and the
 ring goes on with its next command.
 """
@@ -56,7 +57,9 @@ def test_a_kernel_raising_a_python_error_is_an_internal_error_not_a_fault(rig, m
     assert len(_internal_errors(rig)) == 1 and rig.errors(0) == []
 
 
-def test_a_kernel_argument_error_is_a_sticky_kernel_fault(rig, monkeypatch):
+def test_a_kernel_argument_error_is_an_operation_scope_rejection(rig, monkeypatch):
+    """Formerly a sticky KERNEL_FAULT of the context: one bad argument then failed every later op
+    until a reset (issue 18). A rejected command is operation scope, like cudaErrorInvalidValue."""
     def rejects(*args):
         raise KernelArgumentError("Target 7 is out of bounds.")
 
@@ -68,16 +71,18 @@ def test_a_kernel_argument_error_is_a_sticky_kernel_fault(rig, monkeypatch):
     rig.run_until_sem(1, 1)
 
     (record,) = rig.errors(0)
-    assert record.status == abi.Status.KERNEL_FAULT
+    assert record.status == abi.Status.INVALID_ARGUMENT and abi.STATUS_SCOPE[record.status] == "operation"
     assert record.seq == launch.seq and record.unit == "vector_engine"
     assert record.detail == "KernelArgumentError: Target 7 is out of bounds."
-    assert ep.firmware.faulted_asids[1] == record                # sticky for the context
-    assert (rig.hbm(0, 256, 16, np.float32) == 0.0).all()     # later work of the context: ABORTED
+    assert 1 not in ep.firmware.faulted_asids                   # not sticky
+    assert (rig.hbm(0, 256, 16, np.float32) == 3.0).all()     # the ring's next command ran
+    poisoned = ep.firmware.take_poisoned_writes()              # the output is noted as not written
+    assert [(d, asid, va, seq) for d, asid, va, seq, _ in poisoned] == [(0, 1, rig.VA, launch.seq)]
     assert _internal_errors(rig) == []
 
 
 def test_the_compiled_kernels_reject_bad_arguments_with_kernel_argument_error(rig):
-    """A real kernel's argument check (unknown binary op) is a KernelArgumentError -> KERNEL_FAULT."""
+    """A real kernel's argument check (unknown binary op) is a KernelArgumentError -> INVALID_ARGUMENT."""
     from emulator.kernels import library
     with pytest.raises(KernelArgumentError, match="unknown op"):
         library._module("elementwise").binary("frobnicate", 0, F32, (1,), 0, F32, (1,), 0, F32, (1,),
@@ -87,6 +92,6 @@ def test_the_compiled_kernels_reject_bad_arguments_with_kernel_argument_error(ri
                rig.signal(1, 1))
     rig.run_until_sem(1, 1)
     (record,) = rig.errors(0)
-    assert record.status == abi.Status.KERNEL_FAULT
+    assert record.status == abi.Status.INVALID_ARGUMENT
     assert record.detail.startswith("KernelArgumentError: binary: unknown op")
     assert _internal_errors(rig) == []

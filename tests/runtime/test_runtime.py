@@ -318,14 +318,58 @@ def test_fault_on_device0_does_not_affect_device1(rt):
     assert np.array_equal(download(rt, upload(rt, src, device=1), src.shape, device=1), src)
 
 
-def test_kernel_fault_code(rt):
+def test_a_rejected_kernel_argument_is_operation_scope_reported_once(rt):
+    """Formerly a sticky KERNEL_FAULT of the context (every later call failed until a reset; issue
+    18): a command the device rejects is cudaErrorInvalidValue's class, operation scope."""
     address = rt.malloc(0, 64)
     ref = dev(0, address, (4,))
-    rt.launch("binary", ("frobnicate", ref, ref, ref, F32, 1), rt.stream(0))
-    with pytest.raises(runtime.DeviceFaultError) as info:
+    seq = rt.launch("binary", ("frobnicate", ref, ref, ref, F32, 1), rt.stream(0))
+    with pytest.raises(runtime.CommandRejectedError) as info:
         rt.stream(0).synchronize()
-    assert info.value.code == ErrorCode.KERNEL_FAULT
-    assert info.value.__cause__.record.status == abi.Status.KERNEL_FAULT
+    err = info.value
+    assert err.code == ErrorCode.INVALID_VALUE and err.scope == runtime.Scope.OPERATION
+    assert err.__cause__.record.status == abi.Status.INVALID_ARGUMENT and err.__cause__.seq == seq
+    assert "binary: unknown op" in str(err) and f"correlation id {seq}" in str(err)
+    rt.stream(0).synchronize()                       # reported once: not sticky
+    with pytest.raises(runtime.PoisonedDataError, match="holds no valid data"):
+        download(rt, address, (4,))                  # what it should have written is not valid
+    src = np.arange(8, dtype=np.float32)             # every other call works
+    assert np.array_equal(download(rt, upload(rt, src), src.shape), src)
+    other = rt.stream_create(0)
+    rt.event_record(rt.event_create(0), other)
+    assert not rt.health(0)["needs_reset"]
+
+
+def test_a_rejected_command_is_raised_at_once_under_launch_blocking():
+    rt = runtime.Runtime(settings=runtime.Settings(preset="tiny", launch_blocking=True))
+    address = rt.malloc(0, 64)
+    ref = dev(0, address, (4,))
+    with pytest.raises(runtime.CommandRejectedError, match="EMU_LAUNCH_BLOCKING=1"):
+        rt.launch("binary", ("frobnicate", ref, ref, ref, F32, 1), rt.stream(0))
+    src = np.arange(8, dtype=np.float32)
+    assert np.array_equal(download(rt, upload(rt, src), src.shape), src)
+
+
+def test_device_synchronize_waits_for_every_stream_before_raising_a_rejection(rt):
+    address = rt.malloc(0, 64)
+    ref = dev(0, address, (4,))
+    good = rt.malloc(0, 64)
+    s1 = rt.stream_create(0)
+    rt.launch("binary", ("frobnicate", ref, ref, ref, F32, 1), rt.stream(0))
+    rt.launch("fill", (dev(0, good, (4,)), 2.0), s1)
+    mark = s1.pending_mark()
+    with pytest.raises(runtime.CommandRejectedError):
+        rt.device_synchronize(0)
+    assert s1.mark_passed(mark)
+
+
+def test_unknown_kernel_is_operation_scope(rt):
+    address = rt.malloc(0, 64)
+    rt.launch("no_such_kernel", (dev(0, address, (4,)),), rt.stream(0))
+    with pytest.raises(runtime.CommandRejectedError, match="no kernel named 'no_such_kernel'"):
+        rt.stream(0).synchronize()
+    src = np.arange(8, dtype=np.float32)
+    assert np.array_equal(download(rt, upload(rt, src), src.shape), src)
 
 
 # -- initialisation errors ----------------------------------------------------------
