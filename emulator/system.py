@@ -27,7 +27,9 @@ class Deadlock(EmulatorError):
 
 class EmulatedSystem:
     def __init__(self, config: SystemConfig):
+        from emulator.kernels import isa  # compiled; EMU_CPU_ISA is checked at power-on
         self.config = config
+        self.cpu_isa = isa.power_on()   # the host instruction set the kernels use
         self.env = simpy.Environment()
         # The DES is not re-entrant; every host thread that advances it takes this lock.
         self.lock = threading.RLock()

@@ -16,6 +16,10 @@
 - ``EMU_HOST_FALLBACK=allow|warn|forbid``: what the PyTorch plugin does with an op
   that has no device path: run it on the host silently, run it and warn once per op
   (the default), or raise before anything runs.
+- ``EMU_CPU_ISA=amx|avx512|avx2|baseline``: the most the device's kernels (host code) may use of
+  the host's instruction set (default: the best it has; a level it lacks is refused at power-on).
+  Read by the kernel library itself, in emulator/kernels/isa.pyx, once per process: the kernels
+  sit below this layer. docs/numerics.md says what it changes.
 """
 from __future__ import annotations
 

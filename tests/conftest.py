@@ -9,3 +9,24 @@ imported by pytest before any test module, so the small ``tiny`` preset
 import os
 
 os.environ.setdefault("EMU_PRESET", "tiny")
+
+# EMU_CPU_ISA caps the instruction set of the device's kernels (emulator/kernels/isa.pyx); the CPU
+# reference the tests compare with is capped the same way, through the variables torch, oneDNN
+# and MKL read when torch loads (set here, before any test module imports torch, unless already
+# set). With it, `EMU_CPU_ISA=avx2 make test` runs the suite as on a host without AVX-512 or AMX.
+CPU_CAPS = {   # EMU_CPU_ISA -> (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA, MKL_ENABLE_INSTRUCTIONS)
+    "amx": ("avx512", "AVX512_CORE_AMX", "AVX512"),
+    "avx512": ("avx512", "AVX512_CORE", "AVX512"),
+    "avx2": ("avx2", "AVX2", "AVX2"),
+    "baseline": ("default", "SSE41", "SSE4_2"),
+}
+CAP_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+_isa = os.environ.get("EMU_CPU_ISA", "").strip().lower()
+if _isa in CPU_CAPS:
+    for _name, _value in zip(CAP_VARIABLES, CPU_CAPS[_isa]):
+        os.environ.setdefault(_name, _value)
+
+
+def pytest_report_header(config):
+    caps = ", ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in CAP_VARIABLES)
+    return f"EMU_CPU_ISA={os.environ.get('EMU_CPU_ISA') or '(unset: the best the host has)'}; CPU reference: {caps}"

@@ -8,10 +8,11 @@
 # are affected. PyTorch's CPU bf16 matmul on the same host (oneDNN) runs on the same
 # instruction.
 #
-# Availability is probed once: CPUID leaf 7 (AMX-TILE, AMX-BF16) and the kernel's permission
-# for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+). Without them, or
-# with a compiler older than GCC 11 / Clang 12, ek_amx_available() is 0 and the GEMM goes to
-# BLAS in float32 as before. Every CPU with AMX has AVX-512 (F, BW, VL), which the packers and
+# Availability is probed once per process by isa.pyx: CPUID leaf 7 (AMX-TILE, AMX-BF16) and the
+# kernel's permission for the tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+).
+# Without them, with EMU_CPU_ISA below amx (isa.pyx, _isa.pxi), or with a compiler older than
+# GCC 11 / Clang 12, ek_amx_available() is 0 and the GEMM goes to BLAS in float32 as before.
+# Every CPU with AMX has AVX-512 (F, BW, VL), which the packers and
 # the bfloat16 store below use; they only run once ek_amx_available() said yes.
 #
 # How it is laid out (a 1024^3 GEMM on this project's 2-core Sapphire Rapids class host: about
@@ -45,34 +46,17 @@ cdef extern from *:
         ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
     #define EK_AMX_BUILD 1
     #include <immintrin.h>
-    #include <cpuid.h>
-    #include <sys/syscall.h>
-    #include <unistd.h>
     #endif
 
-    #ifdef EK_AMX_BUILD
-    static int ek_amx_xcr0_ok(void) {
-        unsigned lo, hi;
-        __asm__ volatile ("xgetbv" : "=a" (lo), "=d" (hi) : "c" (0));
-        return (lo & 0xE6) == 0xE6;      /* SSE, AVX, opmask, ZMM state enabled by the OS */
-    }
-    #endif
-
-    static int ek_amx_state = -1;        /* -1: not probed, 0: unavailable, 1: available */
-
+    /* 1 where this build has the tile code and the module's instruction-set cap (_isa.pxi) is
+       amx: isa.pyx probed CPUID leaf 7 (AMX-TILE, AMX-BF16, AVX-512 F/BW/VL), the OS's
+       XSAVE state and the kernel's permission for the tile data (requested there, per process). */
     static int ek_amx_available(void) {
-        if (ek_amx_state < 0) {
-            ek_amx_state = 0;
     #ifdef EK_AMX_BUILD
-            unsigned a, b, c, d;
-            if (__get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 22 & 1) && (d >> 24 & 1)
-                    && (b >> 16 & 1) && (b >> 30 & 1) && (b >> 31 & 1)   /* AVX-512 F, BW, VL */
-                    && (c >> 27 & 1) && ek_amx_xcr0_ok()                   /* OSXSAVE; AVX-512 state on */
-                    && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0)
-                ek_amx_state = 1;
+        return ek_isa_cap >= EK_ISA_AMX;
+    #else
+        return 0;
     #endif
-        }
-        return ek_amx_state;
     }
 
     /* Per-thread packing scratch, kept between GEMMs up to EK_AMX_KEEP bytes (the packed

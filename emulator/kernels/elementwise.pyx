@@ -21,6 +21,7 @@ from libc.math cimport (fma, fmaf, exp, expf, log, logf, sqrt, sqrtf, tanh, tanh
                         erf, erff, sin, sinf, cos, cosf, fabs, fabsf, NAN)
 
 include "_common.pxi"
+include "_isa.pxi"
 include "_pool.pxi"
 
 cdef enum:
@@ -160,10 +161,7 @@ cdef extern from *:
     static void ek_fma_f32(float *o, const float *a, int ca, const float *b, int cb, float alpha,
                            Py_ssize_t n) {
         Py_ssize_t i;
-        if (ek_fma_hw < 0) {
-            __builtin_cpu_init();
-            ek_fma_hw = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        }
+        if (ek_fma_hw < 0) ek_fma_hw = ek_isa_cap >= EK_ISA_AVX2;   /* _isa.pxi: AVX2 and FMA */
         if (ek_fma_hw) { ek_fma_f32_avx2(o, a, ca, b, cb, alpha, n); return; }
         for (i = 0; i < n; i++) o[i] = fmaf(b[cb ? i : 0], alpha, a[ca ? i : 0]);
     }

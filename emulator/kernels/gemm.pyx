@@ -44,6 +44,7 @@ from libc.limits cimport INT_MAX
 from scipy.linalg.cython_blas cimport sgemm, dgemm
 
 include "_common.pxi"
+include "_isa.pxi"
 include "_amx.pxi"
 include "_pool.pxi"
 
@@ -107,6 +108,7 @@ cdef extern from *:
     static ek_set_threads_fn ek_mkl_set_threads_local;
     static int ek_use_mkl;        /* 1: the GEMMs below call MKL */
     static int ek_mkl_forked;     /* 1: this process is a forked child: one MKL thread */
+    static void *ek_mkl_lib;      /* the library MKL was loaded from */
     static void ek_mkl_after_fork(void) { ek_mkl_forked = 1; }
 
     /* Loads MKL's entry points from the library at path; 1 on success (version filled in). */
@@ -127,8 +129,23 @@ cdef extern from *:
         }
         if (!fork_handled) fork_handled = pthread_atfork(NULL, NULL, ek_mkl_after_fork) == 0;
         if (!fork_handled) return 0;
+        ek_mkl_lib = lib;
         ver(version, len);
         return 1;
+    }
+    /* Caps MKL's code branch (mkl_serv_enable_instructions: 2 is MKL_ENABLE_AVX2, 0 SSE4.2) and
+       returns the branch MKL then runs (mkl_serv_cpu_detect: 3 SSE4.2, 5 AVX2, 7 AVX-512 on the
+       hosts seen); -1 where the library has neither entry point. MKL chooses its branch once per
+       process, at its first call or here, so a cap asked for later has no effect: the caller
+       checks the branch returned. */
+    typedef int (*ek_mkl_int_fn)(int);
+    typedef int (*ek_mkl_detect_fn)(void);
+    static int ek_mkl_cap_branch(int enable) {
+        ek_mkl_int_fn cap = ek_mkl_lib ? (ek_mkl_int_fn)dlsym(ek_mkl_lib, "mkl_serv_enable_instructions") : NULL;
+        ek_mkl_detect_fn detect = ek_mkl_lib ? (ek_mkl_detect_fn)dlsym(ek_mkl_lib, "mkl_serv_cpu_detect") : NULL;
+        if (!cap || !detect) return -1;
+        cap(enable);
+        return detect();
     }
     static int ek_mkl_select(int on) {
         int old = ek_use_mkl;
@@ -153,6 +170,7 @@ cdef extern from *:
     void ek_blas_restore_threads(int threads) noexcept nogil
     int ek_mkl_load(const char* path, char* version, int len)
     int ek_mkl_select(int on)
+    int ek_mkl_cap_branch(int enable)
     int ek_use_mkl
     void ek_mkl_gemm_s(int threads, const char* ta, const char* tb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
@@ -205,11 +223,34 @@ def set_blas(name):
             if found is None:
                 raise RuntimeError("set_blas('mkl'): no MKL found (it is looked for in torch's "
                                    "lib/libtorch_cpu.so); use 'openblas'")
+            _cap_mkl()
             _mkl_version = found[1]
         ek_mkl_select(1)
     else:
         ek_mkl_select(0)
     return old
+
+
+# MKL's branch for each instruction-set cap below AVX-512: (mkl_serv_enable_instructions' code,
+# the highest mkl_serv_cpu_detect branch allowed, MKL_ENABLE_INSTRUCTIONS' name). At avx512 and
+# amx MKL keeps its own choice: its float32/float64 GEMMs have no AMX code.
+_MKL_CAPS = {EK_ISA_AVX2: (2, 5, "AVX2"), EK_ISA_BASELINE: (0, 3, "SSE4_2")}
+
+
+def _cap_mkl():
+    """Holds MKL (torch's, shared with torch's CPU ops in this process) to the module's
+    instruction-set cap; ConfigError if MKL already chose a higher branch."""
+    if ek_isa_cap not in _MKL_CAPS:
+        return
+    enable, highest, name = _MKL_CAPS[ek_isa_cap]
+    branch = ek_mkl_cap_branch(enable)
+    if branch < 0 or branch > highest:
+        from emulator.errors import ConfigError
+        raise ConfigError(
+            "EMU_CPU_ISA", f"{cpu_isa()!r}: the float32/float64 GEMMs call MKL (torch's libtorch_cpu.so), "
+            + ("which has no entry point to cap its instruction set" if branch < 0 else
+               "which already chose its code for a higher instruction set in this process")
+            + f"; set MKL_ENABLE_INSTRUCTIONS={name} before the process starts, or EMU_BLAS=openblas")
 
 
 def blas():

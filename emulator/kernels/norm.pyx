@@ -29,6 +29,7 @@ from libc.math cimport exp, expf, sqrt, sqrtf, INFINITY
 from libc.stdlib cimport calloc, malloc, free
 
 include "_common.pxi"
+include "_isa.pxi"
 include "_vecmath.pxi"
 include "_pool.pxi"
 

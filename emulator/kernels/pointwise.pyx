@@ -30,6 +30,7 @@ from libc.math cimport (exp, exp2, expm1, log, log2, log10, log1p, sqrt, sin, co
                         nextafter, nextafterf, NAN, INFINITY, M_PI, M_LN2)
 
 include "_common.pxi"
+include "_isa.pxi"
 include "_vecmath.pxi"
 include "_special_math.pxi"
 include "_pool.pxi"
@@ -535,7 +536,7 @@ cdef inline int64_t _i_ternary(int op, int64_t a, int64_t b, int64_t c, Params* 
 # float32 rounding boundary that the scalar result (within a few ulp of the same value)
 # rounds to the same float32; a value near a boundary, a non-finite or float32-subnormal
 # result, and gelu's cancelling tail (1 + erf < 2**-8) are recomputed by the scalar path.
-# Without libmvec (or AVX2) the scalar path runs alone.
+# Without libmvec (or AVX2, or with EMU_CPU_ISA=baseline) the scalar path runs alone.
 
 cdef extern from *:
     """
@@ -553,9 +554,9 @@ cdef extern from *:
         const char **names = NULL;
         int width = 0, k;
         void *lib;
-        __builtin_cpu_init();
-        if (__builtin_cpu_supports("avx512f")) { names = n8; width = 8; }
-        else if (__builtin_cpu_supports("avx2")) { names = n4; width = 4; }
+        /* The module's instruction-set cap (_isa.pxi, EMU_CPU_ISA) picks the width. */
+        if (ek_isa_cap >= EK_ISA_AVX512) { names = n8; width = 8; }
+        else if (ek_isa_cap >= EK_ISA_AVX2) { names = n4; width = 4; }
         lib = names ? dlopen("libmvec.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;
         for (k = 0; lib && k < EK_VFUNCS; k++) {
             ek_vfn[k] = dlsym(lib, names[k]);

@@ -18,6 +18,7 @@ from libc.math cimport exp, expf, log, logf
 from libc.stdlib cimport malloc, free
 
 include "_common.pxi"
+include "_isa.pxi"
 include "_vecmath.pxi"
 
 ctypedef fused flt_t:
