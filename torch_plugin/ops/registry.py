@@ -312,6 +312,7 @@ def native_kernels() -> dict:
     from torch_plugin.ops import fft
     from torch_plugin.ops import rnn
     from torch_plugin.ops import amp, foreach
+    from torch_plugin.ops import attention
     return {
         # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
         # hand-written kernels listed after it win where both name an overload.
@@ -811,6 +812,13 @@ def native_kernels() -> dict:
         "_thnn_fused_lstm_cell_backward_impl": rnn.fused_lstm_cell_backward_impl,
         "_thnn_fused_gru_cell": rnn.fused_gru_cell,
         "_thnn_fused_gru_cell_backward": rnn.fused_gru_cell_backward,
+        # -- attention fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer (ops/attention.py)
+        "_transform_bias_rescale_qkv": attention.transform_bias_rescale_qkv,
+        "_masked_softmax": attention.masked_softmax,
+        "_native_multi_head_attention": attention.native_multi_head_attention,
+        "_transformer_encoder_layer_fwd": attention.transformer_encoder_layer_fwd,
+        "_nested_tensor_from_mask_left_aligned": attention.nested_tensor_from_mask_left_aligned,
+        "_nested_tensor_from_mask": attention.nested_tensor_from_mask,
         # -- foreach, fused optimizers, AMP (ops/foreach.py, ops/amp.py)
         **foreach.kernels(),  # the _foreach_* table and _fused_adam_/_fused_adamw_/_fused_sgd_
         "_amp_foreach_non_finite_check_and_unscale_": amp.amp_foreach_non_finite_check_and_unscale_,

@@ -1,0 +1,255 @@
+"""The attention fast paths that eval-mode ``nn.MultiheadAttention``, ``nn.TransformerEncoderLayer``
+and ``nn.TransformerEncoder`` reach (torch/nn/modules/activation.py and transformer.py call them when
+the module is in eval mode, batch_first, with grad off or no parameter requiring it), as composites
+of device ops: linear (the matrix engine), softmax, layer_norm, masked_fill, gelu/relu.
+
+* ``_transform_bias_rescale_qkv(qkv, qkv_bias, num_heads)``: ``qkv`` (B, T, 3D) plus the bias,
+  split into q, k, v of shape (B, num_heads, T, D / num_heads); q is scaled by
+  1 / sqrt(D / num_heads). The three are views of one (3, B, H, T, Dh) buffer, as on CPU.
+* ``_masked_softmax(self, mask, dim, mask_type)``: softmax over ``dim`` with the elements where the
+  boolean ``mask`` is true left out. mask_type 0: an (L, L) attention mask of a (B, H, L, L) input;
+  1: a (B, L) key-padding mask; 2 (and every mask that is not 2-d, or an input that is not 4-d):
+  a mask of the input's shape. A row with every element masked is NaN, as CPU's.
+* ``_native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+  proj_weight, proj_bias, mask, need_weights, average_attn_weights, mask_type)`` -> (out, weights):
+  the in-projection, the scaled scores, ``_masked_softmax`` (any floating mask is made boolean:
+  non-zero means masked, as CPU does), the context and the out-projection. weights: (B, H, T, T),
+  or averaged over the heads (B, T, T), or None when ``need_weights`` is false.
+* ``_transformer_encoder_layer_fwd(...)``: one encoder layer (post- or pre-norm) around the above
+  and a relu/gelu feed-forward block.
+
+* ``_nested_tensor_from_mask_left_aligned(t, mask)``: whether every row of the (N, L) boolean
+  ``mask`` (true: a token) is a run of trues followed by falses (``nn.TransformerEncoder`` asks
+  before it builds a nested tensor), on the device.
+
+CPU runs the no-weights, no-mask case through scaled_dot_product_attention; the math is the same
+and so are the values within float32 tolerances. Left out: nested tensors. ``nn.TransformerEncoder``
+with ``enable_nested_tensor=True`` (its default), in eval mode and with a left-aligned
+``src_key_padding_mask``, packs its input into one with ``aten::_nested_tensor_from_mask``: that op
+is rejected (NotImplementedError naming it and the way round: ``enable_nested_tensor=False`` gives
+the same values on the padded tensor). The ``.out`` overloads are not registered (no module
+reaches them).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from torch_plugin.ops._common import common_device
+from torch_plugin.ops.registry import composite
+
+_NESTED_WHY = ("nested tensors are not supported on emu (nn.TransformerEncoder's fast path with "
+               "enable_nested_tensor=True and a src_key_padding_mask packs its input into one: build the "
+               "encoder with enable_nested_tensor=False, which gives the same values on the padded tensor)")
+_NESTED = "aten::{op}: " + _NESTED_WHY
+
+
+def _reject_nested(op: str, *tensors) -> None:
+    if any(t is not None and t.is_nested for t in tensors):
+        raise NotImplementedError(_NESTED.format(op=op))
+
+
+# -- nested tensors: the left-alignment test runs, building one is rejected -----------------------
+@composite
+def nested_tensor_from_mask_left_aligned(t, mask):
+    common_device("aten::_nested_tensor_from_mask_left_aligned", t, mask)
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {_cpu_name(mask.dtype)} instead.")
+    if mask.dim() != 2:
+        raise RuntimeError("Padding mask should be 2D")
+    if t.dim() != 3:
+        raise RuntimeError("Input should be a 3D tensor, N * L * D")
+    if tuple(t.shape[:2]) != tuple(mask.shape):
+        raise RuntimeError("Mask size should match input size")
+    tokens = mask.sum(1, keepdim=True)                         # (N, 1) tokens per row
+    positions = torch.arange(mask.shape[1], device=mask.device)
+    return torch.equal(positions < tokens, mask)               # left aligned: the first `tokens` only
+
+
+def nested_tensor_from_mask(t, mask, mask_check=True):
+    raise NotImplementedError("aten::_nested_tensor_from_mask: " + _NESTED_WHY)
+
+
+# -- _transform_bias_rescale_qkv -------------------------------------------------------------------
+@composite
+def transform_bias_rescale_qkv(qkv, qkv_bias, num_heads):
+    op = "aten::_transform_bias_rescale_qkv"
+    _reject_nested("_transform_bias_rescale_qkv", qkv, qkv_bias)
+    common_device(op, qkv, qkv_bias)
+    if qkv.dim() != 3:
+        raise RuntimeError(f"expected 3-D `qkv`, got {qkv.dim()}-D tensor")
+    if qkv_bias.dim() != 1:
+        raise RuntimeError(f"expected 1-D `qkv_bias`, got {qkv_bias.dim()}-D tensor")
+    batch, tokens, three_d = qkv.shape
+    if three_d % 3 != 0:
+        raise RuntimeError("qkv last dimension must be a multiple of 3 (q, k and v)")
+    embed = three_d // 3
+    if num_heads <= 0 or embed % num_heads != 0:
+        raise RuntimeError("transform_bias_rescale_qkv: number of heads must divide the embedding dim")
+    if qkv_bias.shape[0] != three_d:
+        raise RuntimeError(f"transform_bias_rescale_qkv: qkv_bias has {qkv_bias.shape[0]} elements, "
+                           f"expected {three_d} (3 x embed_dim)")
+    head = embed // num_heads
+    # (B, T, 3, H, Dh) -> (3, B, H, T, Dh): one contiguous buffer whose three slices are q, k, v.
+    parts = (qkv + qkv_bias).view(batch, tokens, 3, num_heads, head).permute(2, 0, 3, 1, 4).contiguous()
+    parts[0].mul_(1.0 / math.sqrt(head))
+    return parts[0], parts[1], parts[2]
+
+
+# -- _masked_softmax -------------------------------------------------------------------------------
+def _broadcast_mask(x, mask, dim: int, mask_type):
+    """The boolean mask broadcastable to ``x`` (CPU's shape rules and messages)."""
+    if mask.dim() != 2 or x.dim() != 4:
+        mask_type = 2  # types 0 and 1 describe 2-d masks of 4-d inputs only
+    if mask_type is None:
+        raise RuntimeError("Mask Type should be defined")
+    if mask_type == 2:
+        if tuple(x.shape) != tuple(mask.shape):
+            raise RuntimeError("For mask_type == 2 mask shape should match input shape")
+        return mask
+    batch, _, rows, cols = x.shape
+    if mask_type == 1:
+        if batch != mask.shape[0] or rows != mask.shape[1]:
+            raise RuntimeError("For mask_type == 1 mask shape should be (B, L)")
+        shaped = mask.view(batch, 1, 1, mask.shape[1])
+    elif mask_type == 0:
+        if not (rows == mask.shape[0] == mask.shape[1]):
+            raise RuntimeError("For mask_type == 0 mask shape should be (L, L)")
+        shaped = mask.view(1, 1, rows, rows)
+    else:
+        raise RuntimeError(f"Unknown mask_type {mask_type} (0: (L, L), 1: (B, L), 2: the input's shape)")
+    if cols != rows:  # CPU reads past a (B, L) or (L, L) mask row here; a clear error instead
+        raise RuntimeError(f"_masked_softmax: a mask of mask_type {mask_type} needs a square (B, H, L, L) "
+                           f"input, got {list(x.shape)}")
+    return shaped
+
+
+def _masked_softmax(x, mask, dim, mask_type):
+    d = x.dim() - 1 if dim is None else dim
+    if not -max(x.dim(), 1) <= d < max(x.dim(), 1):
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-max(x.dim(), 1)}, "
+                         f"{max(x.dim(), 1) - 1}], but got {d})")
+    shaped = _broadcast_mask(x, mask, d, mask_type)
+    # -inf where masked: those elements take no part in the row's max or sum and come out 0; a
+    # row masked throughout is NaN (exp(-inf - -inf)), as CPU's masked softmax gives.
+    return torch.softmax(x.masked_fill(shaped, float("-inf")), d)
+
+
+@composite
+def masked_softmax(self, mask, dim=None, mask_type=None):
+    _reject_nested("_masked_softmax", self, mask)
+    common_device("aten::_masked_softmax", self, mask)
+    if mask.dtype != torch.bool:
+        raise RuntimeError("Mask should be a boolean tensor")
+    if not (self.is_floating_point()):
+        raise RuntimeError(f"\"masked_softmax\" not implemented for '{_cpu_name(self.dtype)}'")
+    return _masked_softmax(self, mask, dim, mask_type)
+
+
+def _cpu_name(dtype) -> str:
+    return {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype).replace("torch.", ""))
+
+
+# -- _native_multi_head_attention -----------------------------------------------------------------
+def _check_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias) -> None:
+    """CPU's argument checks (aten's native_multi_head_attention), in its order and words."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != 3:
+            raise RuntimeError(f"expected 3-D `{name}`, got {t.dim()}-D tensor")
+        if name == "query" and t.shape[2] != embed_dim:
+            raise RuntimeError(f"passed-in embed_dim {embed_dim} didn't match last dim of query {t.shape[2]}")
+    if not (query.shape == key.shape == value.shape):
+        raise RuntimeError("expected `query`/`key`/`value` shapes to match")
+    if qkv_weight.dim() != 2:
+        raise RuntimeError(f"expected 2-D `qkv_weight`, got {qkv_weight.dim()}-D tensor")
+    if qkv_weight.shape[0] != 3 * embed_dim:
+        raise RuntimeError("expected `qkv_weight` first dim to be 3x embed_dim")
+    if qkv_weight.shape[1] != embed_dim:
+        raise RuntimeError("expected `qkv_weight` second dim to be embed_Dim")
+    if qkv_bias.dim() != 1:
+        raise RuntimeError(f"expected 1-D `qkv_bias`, got {qkv_bias.dim()}-D tensor")
+    if qkv_bias.shape[0] != 3 * embed_dim:
+        raise RuntimeError("expected `qkv_bias` first dim and first dim of query to be equal")
+    if num_head <= 0 or embed_dim % num_head != 0:
+        raise RuntimeError("`embed_dim` must divide evenly by `num_heads`")
+
+
+def _qkv_projection(query, key, value, embed_dim: int, qkv_weight):
+    """(B, T, 3D) without the bias: one GEMM for self-attention, one per distinct operand otherwise."""
+    if query is key and key is value:
+        return torch.nn.functional.linear(query, qkv_weight)
+    q = torch.nn.functional.linear(query, qkv_weight[:embed_dim])
+    if key is value:
+        kv = torch.nn.functional.linear(key, qkv_weight[embed_dim:])
+        return torch.cat([q, kv], dim=2)
+    k = torch.nn.functional.linear(key, qkv_weight[embed_dim:2 * embed_dim])
+    v = torch.nn.functional.linear(value, qkv_weight[2 * embed_dim:])
+    return torch.cat([q, k, v], dim=2)
+
+
+@composite
+def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
+                                proj_bias, mask=None, need_weights=True, average_attn_weights=True,
+                                mask_type=None):
+    op = "aten::_native_multi_head_attention"
+    _reject_nested("_native_multi_head_attention", query, key, value, mask)
+    common_device(op, *(t for t in (query, key, value, qkv_weight, qkv_bias, proj_weight, proj_bias, mask)
+                        if t is not None))
+    _check_mha(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias)
+    batch, tokens, _ = query.shape
+    qkv = _qkv_projection(query, key, value, embed_dim, qkv_weight)
+    if qkv.numel() == 0:  # CPU returns no weights here, whatever need_weights says
+        return query.new_empty(query.shape), None
+    q, k, v = torch._transform_bias_rescale_qkv(qkv, qkv_bias, num_head)
+    del qkv
+    scores = torch.matmul(q, k.transpose(-2, -1))           # (B, H, T, T); q is already scaled
+    if mask is not None:
+        scores = torch._masked_softmax(scores, mask if mask.dtype == torch.bool else mask.to(torch.bool),
+                                       scores.dim() - 1, mask_type)
+    else:
+        scores = torch.softmax(scores, -1)
+    context = torch.matmul(scores, v)                      # (B, H, T, Dh)
+    merged = context.transpose(1, 2).reshape(batch, tokens, embed_dim)
+    out = torch.nn.functional.linear(merged, proj_weight, proj_bias)
+    if not need_weights:
+        return out, None
+    if average_attn_weights:
+        scores = scores.sum(1).div_(num_head)
+    return out, scores
+
+
+# -- _transformer_encoder_layer_fwd -----------------------------------------------------------------
+def _norm(x, embed_dim: int, eps: float, weight, bias):
+    return torch.nn.functional.layer_norm(x, (embed_dim,), weight, bias, eps)
+
+
+@composite
+def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                  use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
+                                  norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                  mask_type=None):
+    _reject_nested("_transformer_encoder_layer_fwd", src, mask)
+    common_device("aten::_transformer_encoder_layer_fwd",
+                  *(t for t in (src, qkv_weight, qkv_bias, proj_weight, proj_bias, norm_weight_1, norm_bias_1,
+                                norm_weight_2, norm_bias_2, ffn_weight_1, ffn_bias_1, ffn_weight_2, ffn_bias_2,
+                                mask) if t is not None))
+    if src.numel() == 0:
+        return src.clone()
+    x = _norm(src, embed_dim, eps, norm_weight_1, norm_bias_1) if norm_first else src
+    x = torch._native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                           proj_bias, mask, False, True, mask_type)[0]
+    x.add_(src)
+    if not norm_first:
+        x = _norm(x, embed_dim, eps, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = _norm(x, embed_dim, eps, norm_weight_2, norm_bias_2)
+    x = torch.nn.functional.linear(x, ffn_weight_1, ffn_bias_1)
+    x = torch.nn.functional.gelu(x) if use_gelu else torch.relu(x)
+    x = torch.nn.functional.linear(x, ffn_weight_2, ffn_bias_2)
+    x.add_(residual)
+    if not norm_first:
+        x = _norm(x, embed_dim, eps, norm_weight_2, norm_bias_2)
+    return x
