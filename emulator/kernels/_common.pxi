@@ -131,7 +131,8 @@ cdef enum:
     DT_UINT64 = 12
     DT_COMPLEX64 = 13
     DT_COMPLEX128 = 14
-    NUM_DTYPES = 15
+    DT_COMPLEX32 = 15   # two float16 (torch.chalf)
+    NUM_DTYPES = 16
 
 cdef enum:
     MAX_RANK = 64    # torch's own limit of dim lists (dim bitsets); every user of MAX_RANK arrays checks it first
@@ -143,7 +144,7 @@ cdef inline Py_ssize_t itemsize_of(int dt) noexcept nogil:
         return 16
     if dt == DT_INT64 or dt == DT_FLOAT64 or dt == DT_UINT64 or dt == DT_COMPLEX64:
         return 8
-    if dt == DT_INT32 or dt == DT_FLOAT32 or dt == DT_UINT32:
+    if dt == DT_INT32 or dt == DT_FLOAT32 or dt == DT_UINT32 or dt == DT_COMPLEX32:
         return 4
     if dt == DT_INT16 or dt == DT_FLOAT16 or dt == DT_BFLOAT16 or dt == DT_UINT16:
         return 2
@@ -151,7 +152,7 @@ cdef inline Py_ssize_t itemsize_of(int dt) noexcept nogil:
 
 _DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64",
                 "float16", "bfloat16", "float32", "float64",
-                "uint16", "uint32", "uint64", "complex64", "complex128")
+                "uint16", "uint32", "uint64", "complex64", "complex128", "complex32")
 
 # Scratch element types for the block converters.
 ctypedef fused acc_t:

@@ -7,7 +7,7 @@ transposed), any rank up to 12, and bit-exact dtype conversion (C casts,
 round-to-nearest-even to float16/bfloat16, float64 -> half via float32).
 
 Besides the arithmetic dtypes it takes the storage-only ones (uint16, uint32,
-uint64, complex64, complex128), converting as torch CPU does on x86-64:
+uint64, complex32, complex64, complex128), converting as torch CPU does on x86-64:
 uint64 <-> floating converts the unsigned value itself (not through int64);
 floating -> uint16 goes through int32, -> uint32 through int64 (wrapping),
 -> uint64 with the x86 unsigned sequence; out-of-range and NaN results
@@ -48,7 +48,7 @@ cdef extern from *:
 
 
 cdef inline bint _is_complex(int dt) noexcept nogil:
-    return dt == DT_COMPLEX64 or dt == DT_COMPLEX128
+    return dt == DT_COMPLEX64 or dt == DT_COMPLEX128 or dt == DT_COMPLEX32
 
 
 cdef inline bint _is_unsigned_wide(int dt) noexcept nogil:
@@ -168,6 +168,8 @@ cdef void _complex_to_bool_rows(NdIter* it, char** ptrs, int sdt) noexcept nogil
         for i in range(n):
             if sdt == DT_COMPLEX64:
                 nonzero = ek_ld_f32(ptrs[1] + i * ss) != 0 or ek_ld_f32(ptrs[1] + i * ss + half) != 0
+            elif sdt == DT_COMPLEX32:   # a float16 part is nonzero unless its bits are +-0 (NaN is)
+                nonzero = (ek_ld_u16(ptrs[1] + i * ss) & 0x7FFF) != 0 or (ek_ld_u16(ptrs[1] + i * ss + half) & 0x7FFF) != 0
             else:
                 nonzero = ek_ld_f64(ptrs[1] + i * ss) != 0 or ek_ld_f64(ptrs[1] + i * ss + half) != 0
             ptrs[0][i * ds] = 1 if nonzero else 0
@@ -194,6 +196,8 @@ cdef int _copy(object dst_addr, int ddt, object dst_strides, object src_addr, in
 
 cdef inline int _part_dtype(int dt) noexcept nogil:
     """The real dtype of each part of a complex dtype."""
+    if dt == DT_COMPLEX32:
+        return DT_FLOAT16
     return DT_FLOAT32 if dt == DT_COMPLEX64 else DT_FLOAT64
 
 
