@@ -3,6 +3,9 @@
 Each launch reserves the generator words it will consume up front, so the
 stream of numbers depends only on the seed and the order of launches; seeded
 runs are reproducible and ``get_rng_state``/``set_rng_state`` round-trip.
+Complex tensors (complex32/64/128) take uniform_ and normal_ (so rand, randn and their _like
+forms, and normal with a complex mean) as CPU defines them, on their real parts; the other
+distributions reject complex dtypes as CPU does.
 """
 from __future__ import annotations
 
@@ -26,7 +29,36 @@ def _launch(kernel: str, t, args):
     return t
 
 
+# -- complex dtypes: CPU's convention is a draw into each part of view_as_real(t) (float16, float32
+# or float64 pairs): uniform_ gives each part U[from, to); normal_ gives each part N(mean, std/sqrt 2),
+# so that randn's complex values have E|z|^2 = std^2 (each part variance 1/2 for randn). The part
+# view has its own layout, so the draws are the real kernel's, one Philox stream over 2 * numel.
+_COMPLEX_PART = {torch.complex32: torch.float16, torch.complex64: torch.float32, torch.complex128: torch.float64}
+
+
+def _parts(t):
+    if t.is_conj():  # a conjugate view has no real view; CPU refuses it the same way
+        raise RuntimeError("view_as_real doesn't work on unresolved conjugated tensors.  To resolve the "
+                           "conjugate tensor so you can view it as real, use self.resolve_conj()")
+    return torch.view_as_real(t)
+
+
+_COMPLEX_NAME = {torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
+_COMPLEX_C10 = {torch.complex32: "c10::complex<c10::Half>", torch.complex64: "c10::complex<float>",
+                torch.complex128: "c10::complex<double>"}
+
+
+def _reject_complex(t, cpu_kernel: str) -> None:
+    """The distributions CPU has no complex kernel for refuse complex dtypes with CPU's error
+    (NotImplementedError, counted as a rejection), before anything is drawn."""
+    if t.dtype in _COMPLEX_PART:
+        raise NotImplementedError(f"\"{cpu_kernel}\" not implemented for '{_COMPLEX_NAME[t.dtype]}' (on emu, as on CPU)")
+
+
 def uniform_(t, from_=0.0, to=1.0, *, generator=None):
+    if t.dtype in _COMPLEX_PART:
+        uniform_(_parts(t), from_, to, generator=generator)
+        return t
     check_dtype("aten::uniform_", t)
     if t.dtype not in FLOATING:
         raise RuntimeError(f"uniform_ is implemented for floating types only, got {t.dtype}")
@@ -48,6 +80,11 @@ def uniform_(t, from_=0.0, to=1.0, *, generator=None):
 
 
 def normal_(t, mean=0.0, std=1.0, *, generator=None):
+    if t.dtype in _COMPLEX_PART:
+        if not std >= 0:
+            raise RuntimeError(f"normal expects std >= 0.0, but found std {std}")
+        normal_(_parts(t), mean, std / math.sqrt(2.0), generator=generator)
+        return t
     check_dtype("aten::normal_", t)
     if t.dtype not in FLOATING:
         raise RuntimeError(f"normal_ is implemented for floating types only, got {t.dtype}")
@@ -75,6 +112,8 @@ def _dtype_range(dtype):
 
 
 def random_from(t, from_, to=None, *, generator=None):
+    if t.dtype in _COMPLEX_PART:
+        raise RuntimeError("check_random_bounds handles only integral, floating-point and boolean types")
     check_dtype("aten::random_", t)
     lo_limit, hi_limit = _dtype_range(t.dtype)
     high = hi_limit if to is None else to
@@ -94,10 +133,12 @@ def random_to(t, to, *, generator=None):
 
 
 def random_(t, *, generator=None):
+    _reject_complex(t, "random_kernel_cpu")
     return random_from(t, 0, _dtype_range(t.dtype)[1], generator=generator)
 
 
 def bernoulli_float(t, p=0.5, *, generator=None):
+    _reject_complex(t, "bernoulli_scalar_cpu_")
     check_dtype("aten::bernoulli_", t)
     if not 0 <= p <= 1:
         raise RuntimeError(f"bernoulli_ expects p to be in [0, 1], but got p={p}")
@@ -108,6 +149,8 @@ def bernoulli_float(t, p=0.5, *, generator=None):
 
 
 def bernoulli_tensor(t, p, *, generator=None):
+    _reject_complex(t, "bernoulli_tensor_cpu_self_")
+    _reject_complex(p, "bernoulli_tensor_cpu_p_")
     check_dtype("aten::bernoulli_", t, p)
     # Checked before launch, as CPU does: an integer/bool p made the kernel fault the device
     # (sticky for the context), and a p that does not broadcast to t was read out of bounds.
@@ -155,6 +198,9 @@ _C_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch
 
 
 def exponential_(t, lambd=1.0, *, generator=None):
+    if t.dtype in _COMPLEX_PART:
+        raise RuntimeError("Exponential distribution is a continuous probability distribution. dtype must be a "
+                           f"floating point but you specified {_COMPLEX_NAME[t.dtype]}")
     _check_floating("exponential_", t, "Exponential")
     if not (lambd > 0 and math.isfinite(lambd)):
         raise RuntimeError(f"exponential_ expects lambda > 0.0, but found lambda={lambd:g}")
@@ -165,6 +211,9 @@ def exponential_(t, lambd=1.0, *, generator=None):
 
 
 def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
+    if t.dtype in _COMPLEX_PART:
+        raise RuntimeError("Cauchy distribution is a continuous probability distribution. dtype must be a "
+                           f"floating point but you specified {_COMPLEX_C10[t.dtype]}")
     check_dtype("aten::cauchy_", t)
     if not t.dtype.is_floating_point:
         raise RuntimeError("Cauchy distribution is a continuous probability distribution. dtype must be a "
@@ -182,6 +231,7 @@ def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
 
 
 def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
+    _reject_complex(t, "log_normal_cpu")
     _check_floating("log_normal_", t, "log_normal")
     if not std > 0:
         raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={std:g}")
@@ -195,6 +245,7 @@ def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
 
 
 def geometric_(t, p, *, generator=None):
+    _reject_complex(t, "geometric_cpu")
     check_dtype("aten::geometric_", t)
     if t.dtype == torch.bool:
         raise NotImplementedError("\"geometric_cpu\" not implemented for 'Bool' (on emu, as on CPU)")
@@ -237,6 +288,8 @@ def _normal_into(out, mean, std, generator):
     else:
         shape = broadcast_shape(tuple(mean_shape), tuple(std_shape))
     resize_out(out, shape)
+    if out.dtype in _COMPLEX_PART:
+        return _complex_normal_into(out, mean, std, generator, device)
     if isinstance(std, torch.Tensor):
         normal_(out, 0.0, 1.0, generator=generator)
         out.mul_(_emu_operand(std, device))
@@ -246,6 +299,29 @@ def _normal_into(out, mean, std, generator):
         out.add_(_emu_operand(mean, device))
     else:
         out.add_(mean)
+    return out
+
+
+def _complex_normal_into(out, mean, std, generator, device):
+    """_normal_into for a complex out (a complex mean; std is real, CPU checks it): the complex
+    draw scaled by the real std and shifted by the mean, as real arithmetic on the parts (the device
+    has no complex add/mul): parts * std[..., None] + view_as_real(mean)."""
+    parts = _parts(out)
+    if isinstance(std, torch.Tensor):
+        normal_(out, 0.0, 1.0, generator=generator)
+        parts.mul_(_emu_operand(std, device).unsqueeze(-1))
+    else:
+        normal_(out, 0.0, float(std), generator=generator)
+    if isinstance(mean, torch.Tensor):
+        mean = _emu_operand(mean, device)
+        if mean.is_complex():
+            parts.add_(torch.view_as_real(mean.resolve_conj().resolve_neg()))
+        else:
+            parts[..., 0].add_(mean)
+    else:
+        value = complex(mean)
+        parts[..., 0].add_(value.real)
+        parts[..., 1].add_(value.imag)
     return out
 
 
