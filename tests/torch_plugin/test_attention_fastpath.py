@@ -274,3 +274,47 @@ def test_nested_tensor_left_aligned_matches_cpu():
     for mask in (valid, shuffled, torch.ones(B, T, dtype=torch.bool), torch.zeros(B, T, dtype=torch.bool)):
         expected = torch._nested_tensor_from_mask_left_aligned(x, mask)
         assert torch._nested_tensor_from_mask_left_aligned(x.to("emu"), mask.to("emu")) is expected
+
+
+class _VitBlock(nn.Module):
+    """torchvision's vit_b_16 encoder block in small (torchvision cannot be installed here): pre-norm
+    nn.MultiheadAttention called as self_attention(x, x, x, need_weights=False), then a GELU MLP."""
+
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(dim, eps=1e-6), nn.LayerNorm(dim, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(dim, heads, dropout=0.1, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Dropout(0.1), nn.Linear(2 * dim, dim),
+                                 nn.Dropout(0.1))
+
+    def forward(self, x):
+        y = self.ln_1(x)
+        y, _ = self.self_attention(y, y, y, need_weights=False)
+        x = x + y
+        return x + self.mlp(self.ln_2(x))
+
+
+class _TinyVit(nn.Module):
+    def __init__(self, dim=16, heads=4, patch=4, image=16, classes=5):
+        super().__init__()
+        self.conv_proj = nn.Conv2d(3, dim, patch, patch)
+        self.class_token = nn.Parameter(torch.randn(1, 1, dim))
+        self.pos_embedding = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.blocks = nn.Sequential(_VitBlock(dim, heads), _VitBlock(dim, heads))
+        self.ln = nn.LayerNorm(dim, eps=1e-6)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, images):
+        x = self.conv_proj(images).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
+        return self.head(self.ln(self.blocks(x))[:, 0])
+
+
+def test_vit_style_model_in_eval_runs_on_the_device():
+    torch.manual_seed(11)
+    model = _TinyVit().eval()
+    images = torch.randn(2, 3, 16, 16)
+    expected = model(images)
+    got = copy.deepcopy(model).to("emu")(images.to("emu"))
+    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-5)  # through a convolution too
+    assert _composites().get("aten::_native_multi_head_attention") == 2
