@@ -266,6 +266,22 @@ def test_masked_softmax_bad_arguments_like_cpu(case):
     assert str(emu.value).splitlines()[0] == str(cpu.value).splitlines()[0]
 
 
+def test_masked_softmax_backward_matches_cpu():
+    scores, cases = _softmax_cases()
+    mask = cases["type2"][0].clone()
+    mask[0, 0, 0] = True                         # a fully masked row: NaN output, zero gradient
+    grad = torch.randn(scores.shape, generator=torch.Generator().manual_seed(12))
+    with torch.enable_grad():
+        x = scores.clone().requires_grad_(True)
+        torch._masked_softmax(x, mask, 3, 2).backward(grad)
+        xe = scores.to("emu").requires_grad_(True)
+        torch._masked_softmax(xe, mask.to("emu"), 3, 2).backward(grad.to("emu"))
+    torch.testing.assert_close(xe.grad.cpu(), x.grad, **F32)
+    assert torch.emu.op_stats()["composite"].get("aten::_masked_softmax_backward") == 1
+    with pytest.raises(RuntimeError, match="Mask shape should match grad shape"):
+        torch.ops.aten._masked_softmax_backward(grad.to("emu"), grad.to("emu"), mask[0].to("emu"), 3)
+
+
 def test_nested_tensor_left_aligned_matches_cpu():
     x, padding, _ = _inputs()
     valid = padding.logical_not()

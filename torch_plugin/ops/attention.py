@@ -10,6 +10,8 @@ of device ops: linear (the matrix engine), softmax, layer_norm, masked_fill, gel
   boolean ``mask`` is true left out. mask_type 0: an (L, L) attention mask of a (B, H, L, L) input;
   1: a (B, L) key-padding mask; 2 (and every mask that is not 2-d, or an input that is not 4-d):
   a mask of the input's shape. A row with every element masked is NaN, as CPU's.
+* ``_masked_softmax_backward(grad_output, output, mask, dim)``: its gradient (mask of the
+  output's shape, as CPU requires).
 * ``_native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
   proj_weight, proj_bias, mask, need_weights, average_attn_weights, mask_type)`` -> (out, weights):
   the in-projection, the scaled scores, ``_masked_softmax`` (any floating mask is made boolean:
@@ -145,6 +147,22 @@ def masked_softmax(self, mask, dim=None, mask_type=None):
     if not (self.is_floating_point()):
         raise RuntimeError(f"\"masked_softmax\" not implemented for '{_cpu_name(self.dtype)}'")
     return _masked_softmax(self, mask, dim, mask_type)
+
+
+@composite
+def masked_softmax_backward(grad_output, output, mask, dim=None):
+    """The gradient of _masked_softmax (what autograd reaches when its input requires grad):
+    ``output * (grad - sum(grad * output))`` over ``dim``, zero where masked (a fully masked row's
+    gradient is zero, as CPU's, though its output is NaN)."""
+    _reject_nested("_masked_softmax_backward", grad_output, output, mask)
+    common_device("aten::_masked_softmax_backward", grad_output, output, mask)
+    if mask.dtype != torch.bool:
+        raise RuntimeError("Mask should be a boolean tensor")
+    if tuple(mask.shape) != tuple(grad_output.shape) or tuple(output.shape) != tuple(grad_output.shape):
+        raise RuntimeError("Mask shape should match grad shape")
+    d = grad_output.dim() - 1 if dim is None else dim
+    product = (grad_output * output).masked_fill_(mask, 0.0)
+    return output.mul(grad_output - product.sum(d, keepdim=True)).masked_fill_(mask, 0.0)
 
 
 def _cpu_name(dtype) -> str:

@@ -815,6 +815,7 @@ def native_kernels() -> dict:
         # -- attention fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer (ops/attention.py)
         "_transform_bias_rescale_qkv": attention.transform_bias_rescale_qkv,
         "_masked_softmax": attention.masked_softmax,
+        "_masked_softmax_backward": attention.masked_softmax_backward,
         "_native_multi_head_attention": attention.native_multi_head_attention,
         "_transformer_encoder_layer_fwd": attention.transformer_encoder_layer_fwd,
         "_nested_tensor_from_mask_left_aligned": attention.nested_tensor_from_mask_left_aligned,
