@@ -143,12 +143,16 @@ cdef int _geometry(Geometry* g, object image_shape, object col_shape, object par
 
 cdef inline void _w_range(Geometry* g, Py_ssize_t kw, Py_ssize_t* lo, Py_ssize_t* hi,
                           Py_ssize_t* off) noexcept nogil:
-    """Window columns ow in [lo, hi) read an image column iw = ow * sw + off inside [0, W)."""
+    """Window columns ow in [lo, hi) read an image column iw = ow * sw + off inside [0, W);
+    0 <= lo <= hi <= oW always (callers zero row[:lo] and row[hi:oW], so lo past oW would write past
+    the row: a window column whose every position lies in the left padding has lo = hi = oW)."""
     cdef Py_ssize_t o = kw * g.dw - g.pw
     cdef Py_ssize_t a = _floordiv(-o + g.sw - 1, g.sw)        # ceil(-o / sw)
     cdef Py_ssize_t b = _floordiv(g.W - 1 - o, g.sw) + 1
     if a < 0:
         a = 0
+    if a > g.oW:
+        a = g.oW
     if b > g.oW:
         b = g.oW
     if b < a:
