@@ -728,9 +728,7 @@ cdef int _avg_args(AvgWindow* a, object window, object include_pad, object divis
     w = _ints(window, 6, what)
     if w[0] <= 0 or w[1] <= 0 or w[2] <= 0 or w[3] <= 0 or w[4] < 0 or w[5] < 0:
         raise KernelArgumentError(f"{what}: invalid window {tuple(w)!r}")
-    d = _ints((divisor,), 1, what)[0]
-    if d < 0:
-        raise KernelArgumentError(f"{what}: invalid divisor {divisor!r}")
+    d = _ints((divisor,), 1, what)[0]    # any nonzero override, negative too (CPU divides by it)
     a.kh, a.kw, a.sh, a.sw, a.ph, a.pw = w
     a.divisor = d
     a.include_pad = bool(include_pad)

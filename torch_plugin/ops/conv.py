@@ -521,6 +521,11 @@ def _pool_geometry(name, x, kernel_size, stride, padding, dilation, ceil_mode):
         if p > ((k - 1) * d + 1) // 2:
             raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, "
                                f"kernel_size={k} and dilation={d}")
+    # CPU's max_pool2d_with_indices then bounds the padding by half the kernel itself (not the
+    # dilated window): a dilated window may otherwise hold no input element at all
+    if ph > kh // 2 or pw > kw // 2:
+        raise RuntimeError(f"pad should be smaller than or equal to half of kernel size, but got padW = {pw}, "
+                           f"padH = {ph}, kW = {kw}, kH = {kh}")
     H, W = x.shape[-2:]
     oh = _pool_output(H, kh, ph, sh, dh, ceil_mode)
     ow = _pool_output(W, kw, pw, sw, dw, ceil_mode)
@@ -620,10 +625,14 @@ def max_pool2d_with_indices_backward_grad_input(grad_output, self, kernel_size, 
 
 
 def _divisor(divisor_override) -> int:
-    """The kernels' divisor argument: 0 = none (the window's own count)."""
-    if divisor_override is not None and divisor_override == 0:
+    """The kernels' divisor argument: 0 = none (the window's own count). Any other value divides
+    the window's sum, negative ones too (CPU returns sum / divisor); zero is CPU's error."""
+    if divisor_override is None:
+        return 0
+    divisor = int(divisor_override)
+    if divisor == 0:
         raise RuntimeError("divisor must be not zero")
-    return 0 if divisor_override is None else int(divisor_override)
+    return divisor
 
 
 def _avg_window(name, x4, kernel_size, stride, padding, ceil_mode, divisor_override):
@@ -898,6 +907,11 @@ def _window_k(name, x, k, kernel_size, stride, padding, dilation, ceil_mode):
         if p > ((kk - 1) * d + 1) // 2:
             raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={p}, "
                                f"kernel_size={kk} and dilation={d}")
+    # then half the kernel itself, as CPU's max_pool3d_with_indices (see _pool_geometry)
+    if any(p > kk // 2 for p, kk in zip(padding, kernel)):
+        raise RuntimeError("pad should be smaller than or equal to half of kernel size, but got "
+                           f"kT: {kernel[0]} kW: {kernel[2]} kH: {kernel[1]} padT: {padding[0]} padW: {padding[2]} "
+                           f"padH: {padding[1]}")
     spatial = tuple(x.shape[-k:])
     out = tuple(_pool_output(n, kk, p, s, d, ceil_mode)
                 for n, kk, p, s, d in zip(spatial, kernel, padding, stride, dilation))
