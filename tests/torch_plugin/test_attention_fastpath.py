@@ -142,6 +142,26 @@ def test_multihead_attention_matches_cpu(need_weights, average, masks):
     assert _composites().get("aten::_native_multi_head_attention") == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_multihead_attention_reduced_precision_against_float64(dtype):
+    # CPU's own half kernels round differently per instruction set: the reference is the same
+    # module and input (already rounded to dtype) in float64; the bound is 4 ulps of dtype at the
+    # largest expected value (at least 1.0), for the roundings of the GEMMs' inputs and results.
+    torch.manual_seed(13)
+    x, padding, _ = _inputs(13)
+    mha = nn.MultiheadAttention(D, H, batch_first=True).eval().to(dtype)
+    reference = copy.deepcopy(mha).double()
+    xd = x.to(dtype).double()
+    out64, weights64 = reference(xd, xd, xd, key_padding_mask=padding)
+    xe = x.to(dtype).to("emu")
+    out, weights = copy.deepcopy(mha).to("emu")(xe, xe, xe, key_padding_mask=padding.to("emu"))
+    assert out.dtype == weights.dtype == dtype
+    ulp = torch.finfo(dtype).eps
+    torch.testing.assert_close(out.cpu().double(), out64, rtol=0, atol=4 * ulp * max(1.0, out64.abs().max().item()))
+    torch.testing.assert_close(weights.cpu().double(), weights64, rtol=0, atol=4 * ulp)  # weights <= 1
+    assert _composites().get("aten::_native_multi_head_attention") == 1
+
+
 def test_multihead_attention_fully_masked_row_is_nan_as_on_cpu():
     torch.manual_seed(6)
     x, _, _ = _inputs(6)
