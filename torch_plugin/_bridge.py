@@ -54,6 +54,12 @@ class Bridge:
                   runtime.TensorRef(False, device, src, code, (nbytes,), (1,)),
                   rt.stream(device, _C._current_stream_id(device)), blocking=True)
 
+    def supported_dtypes(self) -> list:
+        """The dtypes an emu tensor can hold, copy, convert and fill (torch.accelerator's
+        get_device_capability()["supported_dtypes"])."""
+        from torch_plugin._dtypes import STORABLE
+        return sorted(STORABLE, key=str)
+
     def device_from_ptr(self, ptr: int) -> int:
         return runtime.device_of_address(ptr)
 

@@ -40,7 +40,7 @@ from threading import get_ident
 
 import runtime
 from runtime import report as device_report
-from torch_plugin import telemetry
+from torch_plugin import _C, telemetry
 from torch_plugin.errors import raises_torch_errors
 from torch_plugin.ops import registry
 
@@ -364,6 +364,100 @@ def _close_clock() -> None:
         _clock_users -= 1
         if _clock_users == 0:
             telemetry._profile_clock = None
+
+
+# -- PyTorch's profiler (torch.profiler with ProfilerActivity.PrivateUse1; csrc/profiler.cpp) -----
+class _TorchProfilerFeed:
+    """The device commands submitted while PyTorch's profiler records, for the kineto session of
+    torch_plugin/csrc/profiler.cpp: each command's seq and kernel, the profiler's wall clock when
+    it was submitted and the correlation id of the op that submitted it. Their modelled device
+    times are read from the firmware's trace after the block, matched by seq, as Profile does."""
+
+    def __init__(self, rt):
+        self._rt = rt
+        self._commands: list = []  # (seq, name, wall ns at submission, correlation id)
+        self._restore_trace = rt.settings.trace_entries == 0
+        if self._restore_trace:
+            rt.set_trace_entries(_TRACE_ENTRIES_WHEN_OFF)
+        telemetry._runtime_hooks.acquire(rt)
+        registry.add_observer(self)
+
+    def add_command(self, seq: int, name: str, t0_ns: float, t1_ns: float) -> None:
+        if seq is not None:
+            self._commands.append((seq, name, _C._profiler_wall_ns(), _C._profiler_correlation_id()))
+
+    def add_op(self, record) -> None:
+        pass
+
+    def add_wait(self, name: str, t0_ns: float, t1_ns: float) -> None:
+        pass
+
+    def add_sync(self) -> None:
+        pass
+
+    def add_copy(self, direction: str, nbytes: int) -> None:
+        pass
+
+    def close(self) -> list[tuple]:
+        """Stops observing; waits for the block's commands and returns one row per command, in
+        submission order: (name, kind, device, ring, seq, submit wall ns, modelled start ns,
+        modelled end ns, correlation id). kind: "kernel", "memcpy" or "memset"."""
+        rt = self._rt
+        try:
+            rt.synchronize_all()  # the block's commands, complete, so their trace records exist
+        finally:
+            registry.remove_observer(self)
+            telemetry._runtime_hooks.release()
+        spans: dict[int, list] = {}  # seq -> [device, ring, start, end]
+        if self._commands:
+            lo = min(c[0] for c in self._commands)
+            for device in range(rt.device_count):
+                for entry in rt.command_trace(device, lo):
+                    span = spans.get(entry.seq)
+                    if span is None:
+                        spans[entry.seq] = [entry.device, entry.ring, entry.start_ns, entry.end_ns]
+                    else:
+                        span[2], span[3] = min(span[2], entry.start_ns), max(span[3], entry.end_ns)
+        if self._restore_trace:
+            rt.set_trace_entries(0)
+        rows, missing = [], 0
+        for seq, name, wall_ns, correlation in self._commands:
+            span = spans.get(seq)
+            if span is None:
+                missing += 1
+                continue
+            kind = "memset" if name == "fill" else "memcpy" if name.startswith("memcpy") else "kernel"
+            device, ring, start, end = span
+            rows.append((name, kind, int(device), int(ring), int(seq), int(wall_ns), float(start), float(end),
+                         int(correlation)))
+        if missing:
+            warnings.warn(f"torch.profiler: {missing} of the block's {len(self._commands)} emu commands have no "
+                          f"firmware trace record (the trace keeps the newest EMU_TRACE_ENTRIES records, or a "
+                          f"command faulted); they are left out of the profile", stacklevel=2)
+        return rows
+
+
+_torch_feeds: list = []  # open feeds, innermost last (torch allows one profiler at a time)
+_torch_feeds_lock = threading.Lock()
+
+
+@raises_torch_errors
+def _torch_profiler_start() -> None:
+    """Called by the kineto session's start() (csrc/profiler.cpp). Powers the emulated system on
+    if it is off: a block's commands are only seen from its start."""
+    feed = _TorchProfilerFeed(runtime.get_runtime())
+    with _torch_feeds_lock:
+        _torch_feeds.append(feed)
+
+
+@raises_torch_errors
+def _torch_profiler_stop() -> list[tuple]:
+    """Called by the kineto session's stop(): the rows of _TorchProfilerFeed.close()."""
+    with _torch_feeds_lock:
+        if not _torch_feeds:
+            return []
+        feed = _torch_feeds.pop()
+    return feed.close()
 
 
 # -- analysis (after the block) ---------------------------------------------------------------

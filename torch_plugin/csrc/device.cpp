@@ -163,6 +163,9 @@ struct EmuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::DeviceIndex deviceCount() const noexcept override {
     return device_count();
   }
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    return device_capability(d.index());
+  }
 
   // --- streams: ids live in the emulator; 0 is the default stream.
   c10::Stream getStream(c10::Device d) const override {

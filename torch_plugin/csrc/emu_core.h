@@ -8,14 +8,20 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/Device.h>
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/Storage.h>
 #include <c10/core/Stream.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <type_traits>
 #include <utility>
+
+namespace at {
+class Tensor;
+} // namespace at
 
 namespace emu {
 
@@ -125,5 +131,28 @@ void resize_storage_bytes(const c10::Storage& storage, size_t newsize);
 
 // Registers the PrivateUse1 hooks (idempotent). Called at module import.
 void register_hooks();
+
+// The dtypes torch.accelerator.get_device_capability() reports (bridge.supported_dtypes).
+// capability.cpp.
+c10::DeviceCapability device_capability(c10::DeviceIndex device);
+
+// --------------------------------------------------------- backend meta ---
+
+// Named boolean tags of an emu tensor (c10::BackendMeta), kept by torch.save/torch.load
+// and shallow copies; an empty map removes them. backend_meta.cpp.
+void set_backend_meta(const at::Tensor& t, const std::map<std::string, bool>& tags);
+std::map<std::string, bool> get_backend_meta(const at::Tensor& t);
+// Registers the PrivateUse1 BackendMeta serialization hooks (idempotent). At module import.
+void register_backend_meta_serialization();
+
+// ------------------------------------------------------------- profiler ---
+
+// Registers emu with PyTorch's profiler: the legacy ProfilerStubs and the kineto
+// child activity profiler (idempotent). Called at module import. profiler.cpp.
+void register_profiler();
+// The correlation id of the innermost op the profiler opened on this thread (0: none).
+uint64_t profiler_correlation_id();
+// The profiler's wall clock (c10::getTime, ns), the time axis of its host events.
+int64_t profiler_wall_ns();
 
 } // namespace emu

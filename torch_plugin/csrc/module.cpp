@@ -6,7 +6,9 @@
 #include <torch/csrc/utils/pybind.h> // type casters for at::Generator
 
 #include <limits>
+#include <map>
 #include <mutex>
+#include <string>
 
 namespace py = pybind11;
 
@@ -25,6 +27,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Hooks are registered at import rather than at static-init time so that a
   // library merely loaded (not imported) does not claim PrivateUse1.
   emu::register_hooks();
+  emu::register_profiler();
+  emu::register_backend_meta_serialization();
 
   m.def("_set_bridge", &emu::set_bridge, py::arg("bridge"),
         "Register the Python bridge object all device semantics are forwarded to.");
@@ -70,6 +74,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::make_tuple(seed, offset);
   }, py::arg("gen"), py::arg("increment"),
      "Return the generator's (seed, offset) and advance its offset by increment.");
+
+  m.def("_profiler_correlation_id", &emu::profiler_correlation_id,
+        "The correlation id of the innermost op PyTorch's profiler opened on this thread (0: none).");
+  m.def("_profiler_wall_ns", &emu::profiler_wall_ns,
+        "PyTorch's profiler clock (c10::getTime) in ns: the time axis of its host events.");
+
+  m.def("_set_backend_meta", &emu::set_backend_meta, py::arg("tensor"), py::arg("tags"),
+        "Replace the emu tensor's backend metadata tags ({name: bool}; {} removes them).");
+  m.def("_get_backend_meta", &emu::get_backend_meta, py::arg("tensor"),
+        "The emu tensor's backend metadata tags ({name: bool}).");
 
   m.def("_is_pinned_ptr", [](uint64_t ptr) { return emu::is_pinned_ptr(emu::va_ptr(ptr)); },
         py::arg("ptr"));
