@@ -4,11 +4,11 @@ from runtime.errors import (CommandRejectedError, DeviceFaultError, DeviceNeedsR
                             InvalidDeviceError, InvalidValueError, OutOfMemoryError, PoisonedDataError, Scope,
                             StreamError, StreamFaultError)
 from runtime.runtime import (Runtime, configured_device_count, device_of_address, get_runtime, hardware_description,
-                             is_initialized)
+                             is_initialized, refuse_in_forked_child)
 from runtime.settings import Settings
 from runtime.stream import Event, Stream
 
-__all__ = ["TensorRef", "ELEMENT_SIZE", "ELEMENT_NAMES", "device_of_address", "hardware_description", "Runtime", "get_runtime", "is_initialized", "configured_device_count", "Settings",
+__all__ = ["TensorRef", "ELEMENT_SIZE", "ELEMENT_NAMES", "device_of_address", "hardware_description", "Runtime", "get_runtime", "is_initialized", "refuse_in_forked_child", "configured_device_count", "Settings",
            "Stream", "Event", "EmuError", "ErrorCode", "Scope", "DeviceFaultError", "InitializationError",
            "InvalidDeviceError", "InvalidValueError", "OutOfMemoryError", "StreamError", "DeviceNeedsResetError",
            "StreamFaultError", "PoisonedDataError", "CommandRejectedError", "FAULT_KINDS", "FAULT_SCOPES", "FAULT_TRIGGERS"]

@@ -735,7 +735,35 @@ def get_runtime() -> Runtime:
 
 
 def is_initialized() -> bool:
-    return _runtime is not None
+    return _runtime is not None and not isinstance(_runtime, _ForkedChildRuntime)
+
+
+class _ForkedChildRuntime:
+    """What a forked child sees in place of the runtime its parent had powered on. The emulated
+    system (its memory, its simulation, its helper threads) belongs to the parent: a copy of it
+    in the child would compute on a half-copied state. Every use raises; device_count still
+    answers, and frees of tensors inherited from the parent do nothing."""
+
+    def __init__(self, parent: Runtime, message: str):
+        self._parent = parent  # kept alive: its finalisers must not run in the child
+        self._message = message
+        self.device_count = parent.device_count
+
+    def free(self, *args, **kwargs) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        raise errors.InitializationError(self._message)
+
+
+def refuse_in_forked_child(message: str) -> bool:
+    """Called in a forked child (os.register_at_fork): if the parent had powered the system on,
+    every later use of the runtime raises InitializationError(message). Returns whether it did."""
+    global _runtime
+    if _runtime is None or isinstance(_runtime, _ForkedChildRuntime):
+        return isinstance(_runtime, _ForkedChildRuntime)
+    _runtime = _ForkedChildRuntime(_runtime, message)
+    return True
 
 
 def device_of_address(address: int) -> int:

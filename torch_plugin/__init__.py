@@ -6,6 +6,7 @@ the emulated system powers on at the first use of the device.
 """
 from __future__ import annotations
 
+import os
 import threading
 
 _registered = False
@@ -28,6 +29,8 @@ def _register() -> None:
         torch.utils.generate_methods_for_privateuse1_backend(
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True)
         registry.register_all()
+        # A child forked after the device was initialised refuses to use it (CUDA's rule).
+        os.register_at_fork(after_in_child=device_module._after_fork_in_child)
         import torch_plugin.custom_ops  # noqa: F401  (the emu:: custom operators)
         import torch_plugin.compile  # noqa: F401  (torch.compile backend "emu"; Inductor's refusal)
         if torch.distributed.is_available():

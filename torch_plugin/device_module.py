@@ -35,6 +35,8 @@ def is_initialized() -> bool:
 @raises_torch_errors
 def init() -> None:
     """Powers on the emulated system now (it otherwise starts on first use)."""
+    if _in_bad_fork:
+        raise runtime.InitializationError(_FORK_MESSAGE)
     runtime.get_runtime()
 
 
@@ -114,6 +116,27 @@ def get_device_properties(device=None):
 
 def get_device_name(device=None) -> str:
     return get_device_properties(device).name
+
+
+@raises_torch_errors
+def get_device_capability(device=None) -> dict:
+    """What the device can do, as a dict: ``supported_dtypes`` (the set
+    ``torch.accelerator.get_device_capability`` reports: every dtype an emu tensor can hold, copy,
+    convert and fill), ``compute_dtypes`` (those its arithmetic kernels take), ``amp_dtypes``
+    (autocast's), and the fields of the device's hardware description, a unit's as
+    "unit.field" (``"name"``, ``"clock_ghz"``, ``"cores"``, ``"hbm.capacity_bytes"``,
+    ``"matrix_engine.rows"``, ...; units in the names)."""
+    from torch_plugin import _dtypes
+    index = _check_index(_index(device))
+    capability = {}
+    for key, value in runtime.hardware_description(runtime.get_runtime().config)["device"].items():
+        if isinstance(value, dict):
+            capability.update((f"{key}.{field}", v) for field, v in value.items())
+        else:
+            capability[key] = value
+    capability.update(index=index, supported_dtypes=set(_dtypes.STORABLE), compute_dtypes=set(_dtypes.SUPPORTED),
+                      amp_dtypes=set(get_amp_supported_dtype()))
+    return capability
 
 
 def get_hardware_description() -> dict:
@@ -270,9 +293,25 @@ class _DefaultGenerators:
 default_generators = _DefaultGenerators()
 
 
+# -- processes: a forked child cannot use a device its parent initialised ----------------------
+_FORK_MESSAGE = ("Cannot re-initialize emu in forked subprocess: the parent process had already initialised "
+                 "the emu device, whose emulated system (its memory, simulation and threads) lives in the "
+                 "parent. To use emu with multiprocessing, you must use the 'spawn' start method "
+                 "(multiprocessing.get_context('spawn'), or torch.multiprocessing.set_start_method('spawn')), "
+                 "or fork before the first device use")
+_in_bad_fork = False
+
+
+def _after_fork_in_child() -> None:
+    """os.register_at_fork(after_in_child=...) (torch_plugin/__init__.py): a child forked after the
+    parent powered the system on refuses every device use with _FORK_MESSAGE, as CUDA does."""
+    global _in_bad_fork
+    _in_bad_fork = runtime.refuse_in_forked_child(_FORK_MESSAGE)
+
+
 def _is_in_bad_fork() -> bool:
-    # The emulated system lives in this process; a forked child would share its state.
-    return False
+    """True in a process forked after its parent initialised emu (torch.cuda's name)."""
+    return _in_bad_fork
 
 
 def manual_seed(seed: int) -> None:
@@ -313,6 +352,30 @@ def get_rng_state_all() -> list:
 def set_rng_state_all(states) -> None:
     for gen, state in zip(default_generators, states):
         gen.set_state(state)
+
+
+# -- backend metadata (c10::BackendMeta; torch_plugin/csrc/backend_meta.cpp) ----------------------
+def set_backend_meta(tensor: torch.Tensor, tags: dict) -> None:
+    """Replaces the backend metadata of an emu tensor: named boolean tags ({} removes them).
+    torch.save/torch.load (onto emu) and shallow copies (detach(), .data, nn.Parameter) keep
+    them, each copy its own; new tensors (clone(), copy.deepcopy, .to(), op outputs) start
+    without, as BackendMeta does on every PyTorch backend. Loading onto the CPU drops them."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"torch.emu.set_backend_meta: expected a Tensor, got {type(tensor).__name__}")
+    if not isinstance(tags, dict):
+        raise TypeError(f"torch.emu.set_backend_meta: tags must be a dict of str -> bool, got {type(tags).__name__}")
+    for name, value in tags.items():
+        if not isinstance(name, str) or not isinstance(value, bool):
+            raise TypeError(f"torch.emu.set_backend_meta: tags must be a dict of str -> bool, got "
+                            f"{name!r}: {value!r}")
+    _C._set_backend_meta(tensor, tags)
+
+
+def get_backend_meta(tensor: torch.Tensor) -> dict:
+    """The backend metadata tags of an emu tensor ({name: bool}; {} when it has none)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"torch.emu.get_backend_meta: expected a Tensor, got {type(tensor).__name__}")
+    return dict(_C._get_backend_meta(tensor))
 
 
 # -- autocast, telemetry, recovery ---------------------------------------------
