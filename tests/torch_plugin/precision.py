@@ -60,7 +60,8 @@ def bound(ref64, dtype, *, ulps=1.0, terms=0, scale=None, acc=torch.float32, ato
 
 def assert_reduced_close(got, ref64, dtype=None, *, cpu=None, cpu_factor=2.0, ulps=1.0, terms=0, scale=None,
                          acc=torch.float32, atol=0.0, what=""):
-    """got (a float16/bfloat16 result, any device) against the float64 reference ``ref64``.
+    """got (a float16/bfloat16 result, any device; a float32 one is held to the same rule) against
+    the float64 reference ``ref64``.
 
     ``cpu``: CPU's own result in the reduced dtype, if any: an element no further from ref64
     than ``cpu_factor`` times CPU's own error passes too. Non-finite elements must match ref64's
