@@ -149,9 +149,13 @@ class EmuProfilerSession final : public libkineto::IActivityProfilerSession {
  public:
   void start() override {
     start_ns_ = c10::getTime();
-    {
+    try {
       py::gil_scoped_acquire gil;
       profile_module().attr("_torch_profiler_start")();
+    } catch (const std::exception& e) {
+      // A device that cannot start (a broken configuration) must not stop the host's profile.
+      errors_.push_back(std::string("emu: starting the device trace failed: ") + e.what());
+      TORCH_WARN("emu: the profile has no emu device activities: ", e.what());
     }
     status_ = libkineto::TraceStatus::RECORDING;
   }
