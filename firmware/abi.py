@@ -91,8 +91,8 @@ class Irq(IntEnum):
     COMPLETION = 1    # payload: Completion
     ERROR = 2         # payload: ErrorRecord
     INTERNAL_ERROR = 3  # payload: InternalErrorRecord (an emulator bug, not a device fault; not sticky)
-    POISONED = 4      # payload: the seq of a command skipped because it read data a failed command never
-                      # wrote; its own outputs are noted as not written too (take_poisoned_writes)
+    POISONED = 4      # payload: PoisonNotice, a command skipped because it read data a failed command
+                      # never wrote; its own outputs are noted as not written too (take_poisoned_writes)
 
 
 TensorDescriptor = namedtuple("TensorDescriptor", "space device asid address dtype shape strides")
@@ -107,6 +107,7 @@ LaunchCommand = namedtuple("LaunchCommand", "opcode seq asid kernel args")
 CollectiveCommand = namedtuple("CollectiveCommand", "opcode seq asid name pairs not_before_ns duration_ns link_bytes")
 
 Completion = namedtuple("Completion", "device ring seq semaphore value sim_time_ns")
+PoisonNotice = namedtuple("PoisonNotice", "device ring seq sim_time_ns")
 ErrorRecord = namedtuple("ErrorRecord", "status device ring seq asid unit address sim_time_ns detail")
 # One executed command, as the firmware booked it. ``seq`` is the driver's global command seq (the
 # correlation id). ``engine`` is the unit class ("dma", "matrix_engine", "vector_engine",

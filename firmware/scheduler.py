@@ -280,7 +280,8 @@ class FirmwareInstance:
             if record is None:
                 return False
             self._poison(command, record)
-            self.device.interrupts.raise_irq(abi.Irq.POISONED, command.seq)
+            self.device.interrupts.raise_irq(abi.Irq.POISONED, abi.PoisonNotice(
+                self.device.index, ring.ring_id, command.seq, self.env.now))
             return True
         self._poison(command, record)
         return True

@@ -31,7 +31,7 @@ include "_common.pxi"
 include "_stdsort.pxi"
 
 cdef enum:
-    XOPS = 16          # operands of the indexing iterator: table/out, values, up to 14 indices
+    XOPS = 66          # operands of the indexing iterator: table/out, values, up to 64 indices (a 64-d mask)
 
 cdef enum:
     R_ASSIGN = 0

@@ -227,7 +227,7 @@ def test_a_command_reading_what_a_rejected_command_did_not_write_is_skipped_and_
     assert (rig.hbm(0, 256, 64, np.float32) == -1.0).all()   # the readers did not run ...
     assert (rig.hbm(0, 512, 64, np.float32) == -1.0).all()
     assert (rig.hbm(0, 2048, 64, np.float32) == 4.0).all()
-    assert [p for v, p in rig.irqs[0] if v == abi.Irq.POISONED] == [reader.seq, reader2.seq]
+    assert [p.seq for v, p in rig.irqs[0] if v == abi.Irq.POISONED] == [reader.seq, reader2.seq]
     assert _poisoned_seqs(rig) == [bad.seq, reader.seq, reader2.seq]   # ... and are poisoned too
 
 

@@ -507,15 +507,15 @@ def test_masked_scatter_short_source_is_a_kernel_fault_that_writes_nothing(nativ
     e.masked_scatter_(emu(MASK), emu(torch.ones(3)))
     with pytest.raises(torch.AcceleratorError, match="masked_scatter"):
         torch.emu.synchronize()
-    torch.emu.recover(reason="test")
-    # e is the faulted command's output: after recovery it says so instead of handing back data
-    # the program never got (issue #9); it names the fault.
-    with pytest.raises(torch.AcceleratorError, match="holds no valid data.*KERNEL_FAULT.*masked_scatter"):
+    # e is the rejected command's output: it says so instead of handing back data the program
+    # never got (issue #9); it names the error. No recovery is needed (operation scope, issue 18).
+    with pytest.raises(torch.AcceleratorError, match="holds no valid data.*INVALID_ARGUMENT.*masked_scatter"):
         e.cpu()
 
 
 # ---------------------------------------------------------------------------------------------
-# out-of-range indices: checked by the kernel before it writes (a sticky KERNEL_FAULT)
+# out-of-range indices: checked by the kernel before it writes (an operation-scope INVALID_ARGUMENT;
+# it was a sticky KERNEL_FAULT that failed every later op until a reset, issue 18)
 
 FAULTS = [
     ("index_select", lambda x: x.index_select(0, emu(torch.tensor([0, 4]))), "index out of range in self"),
@@ -538,18 +538,16 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("name,fn,message", FAULTS, ids=[f[0] for f in FAULTS])
-def test_out_of_range_index_is_a_sticky_kernel_fault(name, fn, message, native_only):
+def test_out_of_range_index_is_an_operation_scope_error(name, fn, message, native_only):
     x = make(torch.float32, (4, 5))
     e, keep = emu(x), emu(torch.arange(6.0))
     fn(e)  # launches; the kernel rejects the index when the device runs it
-    with pytest.raises(torch.AcceleratorError, match="KERNEL_FAULT") as info:
+    with pytest.raises(torch.AcceleratorError, match="INVALID_ARGUMENT") as info:
         torch.emu.synchronize()
-    assert message in str(info.value)
-    with pytest.raises(torch.AcceleratorError):  # sticky until recovery
-        torch.ones(2, device="emu").sum().item()
-    torch.emu.recover(reason="test")
-    if name.endswith("_"):  # e is the faulted command's output: reading it names the fault (issue #9)
-        with pytest.raises(torch.AcceleratorError, match="holds no valid data.*KERNEL_FAULT"):
+    assert message in str(info.value) and info.value.scope == "operation"
+    assert torch.ones(2, device="emu").sum().item() == 2.0  # not sticky: no recovery needed
+    if name.endswith("_"):  # e is the rejected command's output: reading it names the error (issue #9)
+        with pytest.raises(torch.AcceleratorError, match="holds no valid data.*INVALID_ARGUMENT"):
             e.cpu()
     else:
         same(e, x)  # an input: nothing was written

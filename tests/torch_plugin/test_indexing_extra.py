@@ -355,17 +355,17 @@ FAULTS = [
 
 
 @pytest.mark.parametrize("name,fn,message", FAULTS, ids=[f[0] for f in FAULTS])
-def test_bad_index_values_are_a_sticky_kernel_fault_and_write_nothing(name, fn, message):
+def test_bad_index_values_are_an_operation_scope_error_and_write_nothing(name, fn, message):
+    # An operation-scope INVALID_ARGUMENT (formerly a sticky KERNEL_FAULT, issue 18): no recovery.
     x = make(torch.float32, (4, 5))
     e, keep = emu(x), emu(torch.arange(6.0))
     torch.emu.synchronize()
     fn(e)
-    with pytest.raises(torch.AcceleratorError, match="KERNEL_FAULT") as info:
+    with pytest.raises(torch.AcceleratorError, match="INVALID_ARGUMENT") as info:
         torch.emu.synchronize()
-    assert message in str(info.value)
-    torch.emu.recover(reason="test")
-    if name.endswith("_"):  # e is the faulted command's output: reading it names the fault (issue #9)
-        with pytest.raises(torch.AcceleratorError, match="holds no valid data.*KERNEL_FAULT"):
+    assert message in str(info.value) and info.value.scope == "operation"
+    if name.endswith("_"):  # e is the rejected command's output: reading it names the error (issue #9)
+        with pytest.raises(torch.AcceleratorError, match="holds no valid data.*INVALID_ARGUMENT"):
             e.cpu()
     else:
         same(e, x)  # an input: nothing was written

@@ -223,7 +223,7 @@ def test_higher_dim_nll_loss_is_native(stats):
     stats.no_fallback()
 
 
-def test_out_of_range_target_is_sticky_kernel_fault():
+def test_out_of_range_target_is_an_operation_scope_error():
     code = textwrap.dedent("""
         import torch, torch.nn.functional as F
         import torch_plugin
@@ -233,16 +233,15 @@ def test_out_of_range_target_is_sticky_kernel_fault():
             torch.emu.synchronize()
         except torch.AcceleratorError as err:
             print("FAULT", err)
+            scope = err.scope
         else:
             raise SystemExit("no fault reported")
-        try:  # sticky: later calls on the context fail too
-            torch.ones(2, device="emu").sum().item()
-        except torch.AcceleratorError:
-            print("STICKY")
+        # operation scope (no longer a sticky context fault, issue 18): later calls just work
+        print("SCOPE", scope, torch.ones(2, device="emu").sum().item())
     """)
     env = dict(os.environ, EMU_PRESET="tiny")
     env.pop("EMU_LAUNCH_BLOCKING", None)
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "FAULT" in r.stdout and "KERNEL_FAULT" in r.stdout and "Target 7 is out of bounds" in r.stdout, r.stdout + r.stderr
-    assert "STICKY" in r.stdout, r.stdout + r.stderr
+    assert "FAULT" in r.stdout and "INVALID_ARGUMENT" in r.stdout and "Target 7 is out of bounds" in r.stdout, r.stdout + r.stderr
+    assert "SCOPE operation 2.0" in r.stdout, r.stdout + r.stderr
