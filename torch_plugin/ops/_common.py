@@ -129,9 +129,10 @@ def prepare_out(op: str, out: torch.Tensor, shape, result_dtype, *inputs) -> Non
     """out= contract, as ATen: check the device and a safe cast first (a rejected out keeps its
     shape), then resize a wrong-shaped out (with resize_output's deprecation warning when it had
     elements). ``inputs``: the op's operands. An out that is one of them (an in-place op, or out=
-    aliasing an input: TensorIterator's read-write operand) is never resized: "output with shape
-    ... doesn't match the broadcast shape ...". Without ``inputs`` the caller has not said whether
-    out is an operand, so a non-empty out of the wrong shape is refused the same way."""
+    aliasing an input: TensorIterator's read-write operand) is never resized, empty or not:
+    "output with shape ... doesn't match the broadcast shape ...". Without ``inputs`` the caller
+    has not said whether out is an operand, so a non-empty out of the wrong shape is refused the
+    same way (ops/contract.py has already resized an out= that CPU resizes)."""
     if out.device.type != "emu":
         raise RuntimeError(f"{op}: expected all tensors to be on the same device, but found at least two "
                            f"devices, emu and {out.device}!")
@@ -140,8 +141,11 @@ def prepare_out(op: str, out: torch.Tensor, shape, result_dtype, *inputs) -> Non
                            f"{out.dtype}")
     if tuple(out.shape) == tuple(shape):
         return
-    if out.numel() != 0 and (not inputs or any(t is out or (isinstance(t, torch.Tensor) and t.device == out.device
-                                                            and _is_alias_of(t, out)) for t in inputs)):
+    # An out that is an operand (in-place) is never resized, even when it has no elements: CPU's
+    # TensorIterator refuses zeros(0, 1, 3).add_(zeros(0, 3, 3)).
+    operand = bool(inputs) and any(t is out or (isinstance(t, torch.Tensor) and t.device == out.device
+                                                and _is_alias_of(t, out)) for t in inputs)
+    if operand or (out.numel() != 0 and not inputs):
         raise RuntimeError(f"{op}: output with shape {list(out.shape)} doesn't match the broadcast "
                            f"shape {list(shape)}")
     resize_out(out, shape)

@@ -23,6 +23,7 @@ The CPU work is charged to the modelled host clock by the host cost model
 """
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 
@@ -289,5 +290,20 @@ def _run_counted(op, name, args, kwargs, delegated):
 
 
 def boxed_fallback(op, *args, **kwargs):
-    """The dispatcher's PrivateUse1 fallback: ops with no emu kernel at all."""
+    """The dispatcher's PrivateUse1 fallback: ops with no emu kernel at all. Their out= and
+    in-place contract is checked as for native kernels (ops/contract.py), before any host copy."""
+    runner = _guarded_runners.get(op)
+    if runner is None:
+        from torch_plugin.ops import contract
+        terms = contract.contract_of(op)
+        plain = functools.partial(_run_on_host_args, op)
+        runner = plain if terms is None else contract.guarded(op, terms, plain)
+        _guarded_runners[op] = runner
+    return runner(*args, **kwargs)
+
+
+_guarded_runners: dict = {}
+
+
+def _run_on_host_args(op, *args, **kwargs):
     return _run_on_host(op, args, kwargs)

@@ -301,6 +301,43 @@ TABLE: tuple[Pointwise, ...] = (
 )
 
 
+# CPU's kernels that build their TensorIterator with every operand of one dtype (no promotion, no
+# cast into out). SAME_DTYPE_OUT: overloads whose out= must have the result's dtype;
+# SAME_DTYPE_INPUTS: rows whose tensor inputs must share one dtype too (lerp's `end`/`weight`,
+# heaviside, log_sigmoid_backward). tests/torch_plugin/test_out_contract.py checks both against
+# CPU for every row of the table, so a row that forgets is caught.
+SAME_DTYPE_OUT = frozenset(
+    [f"{n}.out" for n in ("mish", "hardswish", "hardsigmoid", "gelu", "softplus", "elu", "leaky_relu", "hardtanh",
+                          "neg", "round", "clamp_min", "clamp_max", "nan_to_num", "bitwise_not", "hardshrink",
+                          "softshrink", "heaviside")]
+    + ["round.decimals_out", "lerp.Tensor_out", "log_sigmoid_backward.grad_input"])
+SAME_DTYPE_INPUTS = frozenset(("lerp", "heaviside", "log_sigmoid_backward"))
+
+
+def _check_same_dtype(row: Pointwise, name: str, inputs, out, result) -> None:
+    """CPU's check_all_same_dtype for the overloads of SAME_DTYPE_OUT and the rows of SAME_DTYPE_INPUTS."""
+    if row.name in SAME_DTYPE_INPUTS:
+        tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
+        first = tensors[0].dtype
+        for x in tensors[1:]:
+            if x.dtype == first:
+                continue
+            if row.name == "lerp":
+                which = "weight" if len(tensors) == 3 and x is tensors[2] else "end"
+                raise RuntimeError(f"expected dtype {_cpu_name(first).lower()} for `{which}` but got dtype "
+                                   f"{_cpu_name(x.dtype).lower()}")
+            if row.name == "heaviside":
+                raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+            raise RuntimeError(f"Found dtype {_cpu_name(x.dtype)} but expected {_cpu_name(first)}")
+    if out is not None and out.dtype != result and name[6:] in SAME_DTYPE_OUT:
+        if row.name == "nan_to_num":
+            raise RuntimeError(f"nan_to_num: dtype of out: {_cpu_name(out.dtype)} should be same as input: "
+                               f"{_cpu_name(result)}")
+        if row.name == "heaviside":
+            raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
+        raise RuntimeError(f"Found dtype {_cpu_name(out.dtype)} but expected {_cpu_name(result)}")
+
+
 # -- type promotion --------------------------------------------------------------------
 def _result_type(args) -> torch.dtype:
     """torch.result_type folded over the inputs (Python scalars and CPU 0-dim tensors count as
@@ -391,6 +428,7 @@ def _launch(row: Pointwise, name: str, inputs, extra, kwargs, out, inplace: bool
     device = common_device(name, *tensors, *([out] if out is not None else []))
     result, compute, common = _dtypes(row, promote if promote is not None else inputs, extra, kwargs)
     _check_dtypes(row, name, common, inputs)
+    _check_same_dtype(row, name, inputs, out if not inplace else None, result)
     if row.name == "pow" and common == torch.bool and isinstance(inputs[1], torch.Tensor):
         raise RuntimeError('"pow_cpu" not implemented for \'Bool\'')
     if row.name == "pow" and not common.is_floating_point and common != torch.bool:

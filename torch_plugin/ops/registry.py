@@ -298,6 +298,16 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
     return kernel
 
 
+def _guarded(name: str, kernel):
+    """``kernel`` behind the out= / in-place contract of its overload (ops/contract.py), checked
+    before it launches; overloads that write nothing but their result are returned as they are."""
+    from torch_plugin.ops import contract
+    base, _, overload = name.partition(".")
+    op = getattr(getattr(torch.ops.aten, base), overload or "default")
+    terms = contract.contract_of(op)
+    return kernel if terms is None else contract.guarded(op, terms, kernel)
+
+
 def _native(name: str, fn):
     return _wrap(name, fn, getattr(fn, "_emu_path", NATIVE))
 
@@ -855,11 +865,11 @@ def register_all() -> None:
     impl = torch.library.Library("aten", "IMPL")
     natives = native_kernels()
     for name, fn in natives.items():
-        impl.impl(name, _native(name, fn), "PrivateUse1")
+        impl.impl(name, _guarded(name, _native(name, fn)), "PrivateUse1")
     # Decompositions only for ops without a kernel, and only where every op they produce has a
     # device path (ops/decompositions.py decides which rows are active).
     for name, fn in decompositions.active(natives).items():
-        impl.impl(name, _wrap(name, fn, DECOMPOSITION), "PrivateUse1")
+        impl.impl(name, _guarded(name, _wrap(name, fn, DECOMPOSITION)), "PrivateUse1")
     # Conjugate/negated views reach _copy_from with their bits set; copy_from rejects them
     # clearly instead of recursing through the Conjugate/Negative fallbacks forever.
     impl.impl("_copy_from", torch.library.fallthrough_kernel, "Conjugate")
