@@ -583,6 +583,8 @@ def _worker():
         name="_C",
         sources=sorted(glob.glob(str(REPO / "torch_plugin" / "csrc" / "*.cpp"))),
         extra_cflags=["-O2", "-std=c++17"],
+        # kineto's headers include each other by bare name (profiler.cpp, as setup.py says)
+        extra_include_paths=[os.path.join(os.path.dirname(torch.__file__), "include", "kineto")],
         build_directory=BUILD_DIR,
         verbose=False,
     )
