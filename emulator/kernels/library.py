@@ -465,6 +465,36 @@ def _col2im_cost(device, out: Operand, col: Operand, bias, *params):
     return _roofline(device, device.vector_engine.elementwise(col.numel + out.numel, 1.0), moved, col.numel)
 
 
+def _depthwise_conv(out: Operand, x: Operand, w: Operand, bias: Operand | None, *params):
+    """out (N, O, oD, oH, oW) = depthwise convolution of x (N, C, D, H, W) with w (O, kD, kH, kW)."""
+    _module('conv').depthwise_conv(_pool_args(out), _pool_args(x), _pool_args(w),
+                                   None if bias is None else (bias.addr, bias.dtype, bias.strides[0]), params)
+
+
+def _depthwise_conv_input_grad(grad_input: Operand, grad_output: Operand, w: Operand, *params):
+    _module('conv').depthwise_conv_input_grad(_pool_args(grad_input), _pool_args(grad_output), _pool_args(w),
+                                              params)
+
+
+def _depthwise_conv_weight_grad(grad_weight: Operand, grad_output: Operand, x: Operand, *params):
+    _module('conv').depthwise_conv_weight_grad(_pool_args(grad_weight), _pool_args(grad_output), _pool_args(x),
+                                               params)
+
+
+def _depthwise_cost(grid_operand: int, weight_operand: int):
+    """Cost of a depthwise launch: a multiply-add per (position of the result grid, tap) on the
+    vector engine, the grid being operand ``grid_operand`` (the forward's output, the gradients'
+    grad_output) and the taps those of the (O, kD, kH, kW) weight operand ``weight_operand``;
+    HBM streams every operand once."""
+    def cost(device, *args):
+        operands = [a for a in args if isinstance(a, Operand)]
+        grid, weight = args[grid_operand], args[weight_operand]
+        work = grid.numel * prod(weight.shape[1:])
+        return _roofline(device, device.vector_engine.elementwise(work, 1.0, grid.dtype, "depthwise_conv"),
+                         sum(o.nbytes for o in operands), 2 * work, args[0].nbytes)
+    return cost
+
+
 def _pool_args(op: Operand):
     return op.addr, op.dtype, op.strides, op.shape
 
@@ -1607,6 +1637,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     # -- convolution, pooling, upsampling (conv.pyx)
     Kernel("im2col", "vector", _im2col, _im2col_cost),
     Kernel("col2im", "vector", _col2im, _col2im_cost),
+    Kernel("depthwise_conv", "vector", _depthwise_conv, _depthwise_cost(0, 2)),
+    Kernel("depthwise_conv_input_grad", "vector", _depthwise_conv_input_grad, _depthwise_cost(1, 2)),
+    Kernel("depthwise_conv_weight_grad", "vector", _depthwise_conv_weight_grad, _depthwise_cost(1, 0)),
     Kernel("max_pool2d", "vector", _max_pool2d, _window_cost(_pool_window)),
     Kernel("max_pool2d_backward", "vector", _max_pool2d_backward, _window_cost(lambda *a: 1)),
     Kernel("avg_pool2d", "vector", _avg_pool2d, _window_cost(_pool_window)),

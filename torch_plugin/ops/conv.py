@@ -145,6 +145,26 @@ def _gemm(device, out_ref, a_ref, b_ref, c_ref=None, beta=0.0):
     rt().launch("matmul", (out_ref, a_ref, b_ref, c_ref, float(beta), 1.0), current_stream(device))
 
 
+def _gemm_groups(device, groups: int, refs):
+    """The GEMMs of a convolution's groups: ``refs(g)`` gives group g's (out, a, b, c, beta). One
+    ``matmul`` for one group; else ONE batched ``bmm`` over the groups, each operand's batch stride
+    the step from group 0 to group 1 (the groups lie at equal steps in every operand), instead of
+    one launch per group."""
+    first = refs(0)
+    if groups == 1:
+        _gemm(device, *first)
+        return
+    second = refs(1)
+
+    def batched(r0, r1):
+        if r0 is None:
+            return None
+        step = (r1.address - r0.address) // runtime.ELEMENT_SIZE[r0.dtype]
+        return r0._replace(shape=(groups,) + tuple(r0.shape), strides=(step,) + tuple(r0.strides))
+    o, a, b, c = (batched(r0, r1) for r0, r1 in zip(first[:4], second[:4]))
+    rt().launch("bmm", (o, a, b, c, float(first[4]), 1.0), current_stream(device))
+
+
 # ---------------------------------------------------------------------------------------------
 # convolution
 
@@ -231,6 +251,8 @@ class _Conv:
         self.params = (_pad3(self.stride, k, 1) + _pad3(self.padding, k, 0) + _pad3(self.dilation, k, 1))
         self.pointwise = self.K == 1 and all(s == 1 for s in self.stride) and not any(self.padding) \
             and not self.transposed
+        # One input channel per group: the direct depthwise kernels (one launch for the batch)
+        self.depthwise = groups > 1 and groups == C and not self.transposed
 
     # The column matrix of a convolution is built from its input over the output grid; that of a
     # transposed convolution from its output (the gradient) over the input grid.
@@ -276,17 +298,26 @@ def _conv_forward(conv: _Conv, x, weight, bias, out):
         col = _empty(conv.col_shape(conv.out_channels, conv.in_spatial), _acc_dtype(x.dtype), device)
         rows = Og * conv.K
         for n in range(conv.batch):
-            for g in range(G):
+            def refs(g):
                 w_g = _transposed(_matrix(weight, g * Cg * weight.stride(0), Cg, weight.stride(0), 1))
                 x_g = _matrix(x, n * x.stride(0) + g * Cg * x.stride(1), Cg, x.stride(1), 2)
-                _gemm(device, _ref(col, g * rows * col.shape[1], (rows, col.shape[1]), (col.shape[1], 1)), w_g, x_g)
+                return (_ref(col, g * rows * col.shape[1], (rows, col.shape[1]), (col.shape[1], 1)), w_g, x_g,
+                        None, 0.0)
+            _gemm_groups(device, G, refs)
             _col2im(conv, out, n, col, conv.in_spatial, bias)
+        return out
+    if conv.depthwise:
+        rt().launch("depthwise_conv", (_image5(out), _image5(x), _taps4(weight),
+                                       None if bias is None else device_ref(bias)) + conv.params,
+                    current_stream(device))
         return out
     # out[n, g] (Og, L) = bias_g + W_g (Og, Cg*K) @ col_g (Cg*K, L)
     weight = _flattenable(weight, 1)
     L = prod(conv.out_spatial)
     if G == 1 and not conv.pointwise and conv.batch > 1 and L < _BATCHED_COLUMNS:
         return _conv_forward_batched(conv, x, weight, bias, out, L)
+    if G == 1 and conv.pointwise and conv.batch > 1:
+        return _pointwise_forward_batched(conv, _flattenable(x, 2), weight, bias, out, L)
     if conv.pointwise:
         x = _flattenable(x, 2)
     else:
@@ -295,7 +326,7 @@ def _conv_forward(conv: _Conv, x, weight, bias, out):
     for n in range(conv.batch):
         if not conv.pointwise:
             _im2col(conv, col, x, n, conv.out_spatial)
-        for g in range(G):
+        def refs(g):
             w_g = _matrix(weight, g * Og * weight.stride(0), Og, weight.stride(0), 1)
             if conv.pointwise:
                 b_g = _matrix(x, n * x.stride(0) + g * Cg * x.stride(1), Cg, x.stride(1), 2)
@@ -303,7 +334,38 @@ def _conv_forward(conv: _Conv, x, weight, bias, out):
                 b_g = _ref(col, g * rows * L, (rows, L), (L, 1))
             o_g = _matrix(out, n * out.stride(0) + g * Og * out.stride(1), Og, out.stride(1), 2)
             c_g = None if bias is None else _ref(bias, g * Og * bias.stride(0), (Og, L), (bias.stride(0), 0))
-            _gemm(device, o_g, w_g, b_g, c_g, 0.0 if bias is None else 1.0)
+            return o_g, w_g, b_g, c_g, 0.0 if bias is None else 1.0
+        _gemm_groups(device, G, refs)
+    return out
+
+
+def _image5(t: torch.Tensor):
+    """An (N, C, *spatial) tensor as the depthwise kernels' 5-d (N, C, D, H, W) operand."""
+    k = t.dim() - 2
+    return _ref(t, 0, (t.shape[0], t.shape[1]) + _pad3(t.shape[2:], k, 1),
+                (t.stride(0), t.stride(1)) + _pad3(t.stride()[2:], k, 0))
+
+
+def _taps4(w: torch.Tensor):
+    """A depthwise (O, 1, *kernel) weight as the kernels' 4-d (O, kD, kH, kW) operand."""
+    k = w.dim() - 2
+    return _ref(w, 0, (w.shape[0],) + _pad3(w.shape[2:], k, 1), (w.stride(0),) + _pad3(w.stride()[2:], k, 0))
+
+
+def _pointwise_forward_batched(conv: _Conv, x, weight, bias, out, L):
+    """An ungrouped 1x1 convolution (unit stride, no padding) of a batch as ONE launch:
+    ``out[n] (O, L) = bias + W (O, C) @ x[n] (C, L)``, a batched GEMM whose weight operand has batch
+    stride 0 (one GEMM ``(O, N) = W @ x^T`` when each sample has a single position, as in a
+    squeeze-excite block). Same GEMMs, same sums, as one launch per sample."""
+    device = conv.device
+    C, O, N = x.shape[1], conv.out_channels, conv.batch
+    w = _matrix(weight, 0, O, weight.stride(0), 1)
+    xs, os_ = _flat_stride(x.shape[2:], x.stride()[2:]), _flat_stride(out.shape[2:], out.stride()[2:])
+    b = _ref(x, 0, (N, C, L), (x.stride(0), x.stride(1), xs))
+    o = _ref(out, 0, (N, O, L), (out.stride(0), out.stride(1), os_))
+    a = w._replace(shape=(N,) + w.shape, strides=(0,) + w.strides)
+    c = None if bias is None else _ref(bias, 0, (N, O, L), (0, bias.stride(0), 0))
+    rt().launch("bmm", (o, a, b, c, 0.0 if bias is None else 1.0, 1.0), current_stream(device))
     return out
 
 
@@ -369,11 +431,16 @@ def _grad_input(conv: _Conv, grad_output, weight, grad_input):
         rows, L = Og * conv.K, prod(conv.in_spatial)
         for n in range(conv.batch):
             _im2col(conv, col, grad_output, n, conv.in_spatial)
-            for g in range(G):
+            def refs(g):
                 w_g = _matrix(weight, g * Cg * weight.stride(0), Cg, weight.stride(0), 1)
                 o_g = _matrix(grad_input, n * grad_input.stride(0) + g * Cg * grad_input.stride(1), Cg,
                               grad_input.stride(1), 2)
-                _gemm(device, o_g, w_g, _ref(col, g * rows * L, (rows, L), (L, 1)))
+                return o_g, w_g, _ref(col, g * rows * L, (rows, L), (L, 1)), None, 0.0
+            _gemm_groups(device, G, refs)
+        return
+    if conv.depthwise:
+        rt().launch("depthwise_conv_input_grad", (_image5(grad_input), _image5(grad_output), _taps4(weight))
+                    + conv.params, current_stream(device))
         return
     # col_g (Cg*K, L) = W_g^T (Cg*K, Og) @ grad_output[n, g] (Og, L); grad_input[n] = col2im(col)
     grad_output = _flattenable(grad_output, 2)
@@ -381,7 +448,7 @@ def _grad_input(conv: _Conv, grad_output, weight, grad_input):
     if not conv.pointwise:
         col = _empty(conv.col_shape(grad_input.shape[1], conv.out_spatial), _acc_dtype(grad_input.dtype), device)
     for n in range(conv.batch):
-        for g in range(G):
+        def refs(g):
             w_g = _transposed(_matrix(weight, g * Og * weight.stride(0), Og, weight.stride(0), 1))
             go_g = _matrix(grad_output, n * grad_output.stride(0) + g * Og * grad_output.stride(1), Og,
                            grad_output.stride(1), 2)
@@ -390,7 +457,8 @@ def _grad_input(conv: _Conv, grad_output, weight, grad_input):
                               grad_input.stride(1), 2)
             else:
                 o_g = _ref(col, g * rows * L, (rows, L), (L, 1))
-            _gemm(device, o_g, w_g, go_g)
+            return o_g, w_g, go_g, None, 0.0
+        _gemm_groups(device, G, refs)
         if not conv.pointwise:
             _col2im(conv, grad_input, n, col, conv.out_spatial, None)
 
@@ -398,6 +466,10 @@ def _grad_input(conv: _Conv, grad_output, weight, grad_input):
 def _grad_weight(conv: _Conv, grad_output, input, grad_weight):
     G = conv.groups
     device = conv.device
+    if conv.depthwise:
+        rt().launch("depthwise_conv_weight_grad", (_taps4(grad_weight), _image5(grad_output), _image5(input))
+                    + conv.params, current_stream(device))
+        return
     acc = grad_weight if grad_weight.dtype == _acc_dtype(grad_weight.dtype) and grad_weight.is_contiguous() \
         else _empty(grad_weight.shape, _acc_dtype(grad_weight.dtype), device)
     if conv.transposed:
@@ -420,7 +492,7 @@ def _grad_weight(conv: _Conv, grad_output, input, grad_weight):
     for n in range(conv.batch):
         if not use_x_directly:
             _im2col(conv, col, image, n, grid)
-        for g in range(G):
+        def refs(g):
             lhs = _matrix(other, n * other.stride(0) + g * lhs_rows * other.stride(1), lhs_rows, other.stride(1), 2)
             if use_x_directly:
                 rhs = _transposed(_matrix(image, n * image.stride(0) + g * rows * image.stride(1), rows,
@@ -428,7 +500,8 @@ def _grad_weight(conv: _Conv, grad_output, input, grad_weight):
             else:
                 rhs = _transposed(_ref(col, g * rows * L, (rows, L), (L, 1)))
             out_g = _ref(acc, g * lhs_rows * rows, (lhs_rows, rows), (rows, 1))
-            _gemm(device, out_g, lhs, rhs, out_g if n else None, 1.0 if n else 0.0)
+            return out_g, lhs, rhs, out_g if n else None, 1.0 if n else 0.0
+        _gemm_groups(device, G, refs)
     if acc is not grad_weight:
         grad_weight.copy_(acc)
 
