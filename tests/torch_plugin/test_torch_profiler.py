@@ -167,3 +167,21 @@ def test_no_profiler_asserts_on_any_entry_point():
     assert "DONE" in done.stdout
     for bad in ("INTERNAL ASSERT", "not enabled", "Exception in RecordFunction callback"):
         assert bad not in done.stderr, done.stderr
+
+
+def test_scheduled_profile_reports_each_active_cycle_once():
+    """torch.profiler's schedule starts and stops the device trace once per active cycle."""
+    from torch.profiler import schedule
+
+    import torch_plugin.profile as emu_profile
+
+    x, _ = workload(32)
+    per_cycle = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1],
+                 schedule=schedule(wait=1, warmup=1, active=2, repeat=2),
+                 on_trace_ready=lambda p: per_cycle.append(sum(e.name == "matmul" for e in device_events(p)))) as prof:
+        for _ in range(10):
+            (x @ x).cpu()
+            prof.step()
+    assert per_cycle == [2, 2]  # two steps per active cycle, one matmul each
+    assert emu_profile._torch_feeds == []  # every device trace it started was stopped
