@@ -17,6 +17,7 @@ cast to ``self`` and the broadcast shape to be ``self``'s.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -84,7 +85,10 @@ def _round_params(extra, kwargs, dtype):
     decimals = _get(extra, kwargs, 0, "decimals", 0)
     if decimals == 0:
         return ()
-    return (float(10 ** abs(decimals)), 1 | (2 if decimals < 0 else 0))
+    # 10 ** 2**40 as a Python int would take forever; past float64's range the power is inf (CPU's
+    # float power overflows too: every element becomes NaN).
+    ten = math.inf if abs(decimals) > 308 else float(10 ** abs(decimals))
+    return (ten, 1 | (2 if decimals < 0 else 0))
 
 
 def _clamp_params(extra, kwargs, dtype):
@@ -94,8 +98,30 @@ def _clamp_params(extra, kwargs, dtype):
     return (0 if lo is None else lo, 0 if hi is None else hi, flags)
 
 
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _float_scalar(value, dtype):
+    """A Scalar parameter of a float32/float16/bfloat16 op, checked as CPU converts it to float
+    (a finite value past float32's range is an error there, not an inf)."""
+    value = _number(value)
+    if dtype in (torch.float32, torch.float16, torch.bfloat16) and math.isfinite(value) \
+            and abs(value) > _FLOAT32_MAX:
+        raise RuntimeError("value cannot be converted to type float without overflow")
+    return value
+
+
+def _wrap_dim(dim, ndim):
+    """``dim`` in [0, ndim), or CPU's IndexError."""
+    n = max(ndim, 1)
+    if not -n <= dim < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
+    return dim % n
+
+
 def _hardtanh_params(extra, kwargs, dtype):
-    return (_number(_get(extra, kwargs, 0, "min_val", -1.0)), _number(_get(extra, kwargs, 1, "max_val", 1.0)), 3)
+    return (_float_scalar(_get(extra, kwargs, 0, "min_val", -1.0), dtype),
+            _float_scalar(_get(extra, kwargs, 1, "max_val", 1.0), dtype), 3)
 
 
 def _nan_to_num_params(extra, kwargs, dtype):
@@ -134,6 +160,9 @@ def _in_dtype(value, dtype):
 def _softshrink_lambd(value, dtype):
     if float(_number(value)) < 0:
         raise RuntimeError(f"lambda must be greater or equal to 0, but found to be {float(_number(value))}.")
+    if dtype == torch.float32 and float(_number(value)) > _FLOAT32_MAX:  # CPU's range check of lambd
+        raise RuntimeError(f"lambda must be in range [0, 3.40282e+38] for input dtype Float, but found "
+                           f"{float(_number(value)):g}")
     # CPU's softshrink keeps lambd in float32 for float16/bfloat16 (its opmath), unlike hardshrink
     return _in_dtype(value, torch.float32 if dtype in _REDUCED else dtype)
 
@@ -154,7 +183,7 @@ TABLE: tuple[Pointwise, ...] = (
               "same_as_first", "float"),
     Pointwise("gelu", "gelu", 1, ("gelu", "gelu_", "gelu.out"), "same_as_first", "float"),
     Pointwise("softplus", "softplus", 1, ("softplus", "softplus.out"), "same_as_first", "float",
-              lambda e, k, d: (float(_number(_get(e, k, 0, "beta", 1))), float(_number(_get(e, k, 1, "threshold", 20))))),
+              lambda e, k, d: (float(_number(_get(e, k, 0, "beta", 1))), float(_float_scalar(_get(e, k, 1, "threshold", 20), d)))),
     Pointwise("elu", "elu", 1, ("elu", "elu_", "elu.out"), "same_as_first", "float",
               lambda e, k, d: (float(_number(_get(e, k, 0, "alpha", 1))), float(_number(_get(e, k, 1, "scale", 1))),
                                float(_number(_get(e, k, 2, "input_scale", 1))))),
@@ -178,7 +207,8 @@ TABLE: tuple[Pointwise, ...] = (
     Pointwise("clamp_max", "clamp", 1, ("clamp_max", "clamp_max_", "clamp_max.out"), "clamp", "no_bool",
               lambda e, k, d: (0, _number(e[0] if e else k["max"]), 2)),
     Pointwise("threshold", "threshold", 1, ("threshold", "threshold_", "threshold.out"), "same_as_first",
-              "no_bool", lambda e, k, d: (_number(_get(e, k, 0, "threshold", 0)), _number(_get(e, k, 1, "value", 0)))),
+              "no_bool", lambda e, k, d: (_float_scalar(_get(e, k, 0, "threshold", 0), d),
+                                          _float_scalar(_get(e, k, 1, "value", 0), d))),
     Pointwise("nan_to_num", "nan_to_num", 1, ("nan_to_num", "nan_to_num_", "nan_to_num.out"), "same_as_first",
               "all", _nan_to_num_params),
     # unary, bool result
@@ -608,7 +638,7 @@ def frexp(self):
 def _glu_halves(self, dim):
     if self.dim() == 0:
         raise RuntimeError("glu does not support scalars because halving size must be even")
-    dim = dim % self.dim()
+    dim = _wrap_dim(dim, self.dim())
     size = self.shape[dim]
     if size % 2:
         raise RuntimeError(f"Halving dimension must be even, but dimension {dim} is size {size}")
@@ -697,7 +727,7 @@ def _renorm_factor(self, p, dim, maxnorm):
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     if not self.dtype.is_floating_point:
         raise RuntimeError(f'"renorm_out" not implemented for \'{_cpu_name(self.dtype)}\'')
-    dim = dim % self.dim()
+    dim = _wrap_dim(dim, self.dim())
     # A composite of device ops, as CPU's renorm: the norm of each slice along dim, then a scale of
     # maxnorm / (norm + 1e-7) where the norm exceeds maxnorm.
     reduce = [d for d in range(self.dim()) if d != dim]
