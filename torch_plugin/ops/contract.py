@@ -9,10 +9,14 @@ checks here sit in front of all of them, so a kernel cannot forget:
 - **Dtype and shape.** The overload runs first on meta tensors of the same sizes, strides and
   dtypes: PyTorch's meta kernels carry CPU's out= rules (safe casts for promoting ops, equal
   dtypes where CPU wants them, "output with shape ... doesn't match the broadcast shape" for an
-  out that is also an input, reductions' dtype rules). Their error is raised as it is; an out
-  of the wrong shape is resized here as ATen's resize_output does (silently when it is empty,
-  with CPU's deprecation warning when it is not), so the kernel then sees a correctly shaped out. Ops whose meta kernel cannot answer (none
-  registered, or the answer needs values) are left to the kernel's own checks. Verdicts are
+  out that is also an input, reductions' dtype rules). Where the meta kernel refuses, the op's
+  kernel still has the first word (its own check states CPU's message where it has one); a
+  kernel that would accept is undone (its written arguments restored) and the refusal raised as
+  CPU words it. An out of the wrong shape is resized here as ATen's resize_output does (silently
+  when it is empty, with CPU's deprecation warning when it is not), so the kernel then sees a
+  correctly shaped out; an out that shares memory with an input is left to the kernel. Ops whose
+  meta kernel cannot answer (none registered, or the answer needs values) are left to the
+  kernel's own checks. Verdicts are
   cached per argument signature, so a loop over the same shapes pays the meta run once.
 - **In-place ops never resize ``self``.** Checked after the kernel: a kernel that changed
   ``self``'s shape is an emulator bug (EmuInternalError), never a silent result.
@@ -54,6 +58,11 @@ _META_SHAPES_DIFFER = frozenset(("native_batch_norm", "_native_batch_norm_legit"
 
 _META_CAST = re.compile(r"Attempting to cast from torch\.(\w+) to out tensor with dtype torch\.(\w+)")
 _DTYPES = {str(d).split(".")[-1]: d for d in _CPU_NAMES}
+
+# Meta kernels that refuse what CPU accepts: the kernel's own checks decide. arange's meta casts
+# a fractional step to an integer dtype before checking it (arange(0, 2, 0.3, dtype=int32) is
+# "step must be nonzero" there, [0, 0, 0, 0, 0, 0, 0] on CPU); the other factories alike.
+_META_ERRORS_DIFFER = frozenset(("arange", "range", "linspace", "logspace"))
 
 _CACHE_LIMIT = 4096
 _cache: dict = {}
@@ -208,9 +217,9 @@ def _meta_verdict(op, contract: OverloadContract, args, kwargs) -> _Verdict:
     return _Verdict(shapes=shapes)
 
 
-def check_out(op, contract: OverloadContract, args, kwargs) -> None:
-    """The out= contract of one call, before its kernel runs: raises CPU's error, or resizes a
-    wrong-shaped out (with CPU's warning where CPU warns)."""
+def check_out(op, contract: OverloadContract, args, kwargs):
+    """The out= contract of one call, before its kernel runs: resizes a wrong-shaped out (with
+    CPU's warning where CPU warns) and returns None, or returns the error CPU raises."""
     outs = _outs(contract, kwargs)
     check_devices(contract, args, kwargs, outs)
     try:
@@ -226,24 +235,75 @@ def check_out(op, contract: OverloadContract, args, kwargs) -> None:
                     _cache.clear()
                 _cache[key] = verdict
     if verdict.error is not None:
-        kind, message = verdict.error
-        cast = _META_CAST.match(message)
-        if cast is not None:  # the refs' wording of an unsafe cast; CPU's TensorIterator says it so
-            message = (f"result type {_CPU_NAMES.get(_DTYPES.get(cast[1]), cast[1])} can't be cast to the desired "
-                       f"output type {_CPU_NAMES.get(_DTYPES.get(cast[2]), cast[2])}")
-        if contract.base in _CAT_FAMILY and "cast" in message and outs:
-            # CPU's cat kernel states its unsafe-cast rule as a TypeError; its meta kernel as a RuntimeError.
-            kind, message = TypeError, (f"torch.cat(): input types can't be cast to the desired output type "
-                                        f"{_CPU_NAMES.get(outs[0].dtype, outs[0].dtype)}")
-        try:
-            error = kind(message)
-        except Exception:  # noqa: BLE001 (an exception type that takes other arguments)
-            error = RuntimeError(message)
-        raise error
+        return None if contract.base in _META_ERRORS_DIFFER else _error(contract, verdict.error, outs)
     if verdict.shapes is not None and len(verdict.shapes) == len(outs) and contract.base not in _META_SHAPES_DIFFER:
+        inputs = None
         for t, shape in zip(outs, verdict.shapes):
             if tuple(t.shape) != shape:
-                _resize_output(t, shape)
+                if inputs is None:
+                    inputs = _flat_tensors(args, [])
+                # An out that shares memory with an input is the kernel's to judge (CPU refuses
+                # most such calls; resizing it here would change the input).
+                if not any(_is_alias_of(t, x) for x in inputs):
+                    _resize_output(t, shape)
+    return None
+
+
+_is_alias_of = torch._C._is_alias_of
+
+
+def _error(contract: OverloadContract, error, outs) -> Exception:
+    kind, message = error
+    cast = _META_CAST.match(message)
+    if cast is not None:  # the refs' wording of an unsafe cast; CPU's TensorIterator says it so
+        message = (f"result type {_CPU_NAMES.get(_DTYPES.get(cast[1]), cast[1])} can't be cast to the desired "
+                   f"output type {_CPU_NAMES.get(_DTYPES.get(cast[2]), cast[2])}")
+    if contract.base in _CAT_FAMILY and "cast" in message and outs:
+        # CPU's cat kernel states its unsafe-cast rule as a TypeError; its meta kernel as a RuntimeError.
+        kind, message = TypeError, (f"torch.cat(): input types can't be cast to the desired output type "
+                                    f"{_CPU_NAMES.get(outs[0].dtype, outs[0].dtype)}")
+    try:
+        return kind(message)
+    except Exception:  # noqa: BLE001 (an exception type that takes other arguments)
+        return RuntimeError(message)
+
+
+class _Saved:
+    """The written arguments of a call, kept so that a kernel which accepted what CPU refuses can
+    be undone: each tensor's storage, view and values."""
+
+    def __init__(self, tensors):
+        self.saved = [(t, t.untyped_storage(), t.storage_offset(), tuple(t.shape), t.stride(), t.clone())
+                      for t in tensors]
+
+    def restore(self):
+        for t, storage, offset, shape, stride, values in self.saved:
+            with torch.no_grad():
+                t.set_(storage, offset, shape, stride)
+                t.copy_(values)
+
+
+def _written(contract: OverloadContract, op, args, kwargs) -> list:
+    written = _outs(contract, kwargs)
+    for i, a in enumerate(op._schema.arguments):
+        if a.kwarg_only or a.alias_info is None or not a.alias_info.is_write or i >= len(args):
+            continue
+        _flat_tensors([args[i]], written)
+    return written
+
+
+def _call_refused(op, contract, kernel, error, args, kwargs):
+    """CPU refuses this call (``error``, from its meta kernel). The kernel is given the first word,
+    since its own check states CPU's message where it has one; a kernel that accepts the call is
+    undone and CPU's refusal raised."""
+    from torch_plugin.errors import HostFallbackError
+    saved = _Saved(_written(contract, op, args, kwargs))
+    try:
+        kernel(*args, **kwargs)
+    except HostFallbackError:
+        raise error from None
+    saved.restore()
+    raise error
 
 
 def _resize_output(t: torch.Tensor, shape) -> None:
@@ -261,7 +321,9 @@ def guarded(op, contract: OverloadContract, kernel):
     """``kernel`` with ``contract`` checked around it."""
     if contract.out_names:
         def checked_out(*args, **kwargs):
-            check_out(op, contract, args, kwargs)
+            error = check_out(op, contract, args, kwargs)
+            if error is not None:
+                _call_refused(op, contract, kernel, error, args, kwargs)
             return kernel(*args, **kwargs)
         checked_out.__name__ = getattr(kernel, "__name__", "emu_kernel")
         return checked_out

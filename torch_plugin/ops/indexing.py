@@ -183,7 +183,8 @@ def _cat(tensors, dim, out=None):
     else:
         _supported("aten::cat", out)
         if not torch.can_cast(dtype, out.dtype):
-            raise RuntimeError(f"torch.cat(): input types can't be cast to the desired output type {out.dtype}")
+            raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "  # CPU's type
+                            f"{_CAT_DTYPE_NAMES.get(out.dtype, out.dtype)}")
         for i, t in enumerate(tensors):
             if out.numel() and t.numel() and torch._C._is_alias_of(t, out) and _overlaps(t, out):
                 raise RuntimeError("torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
@@ -241,6 +242,11 @@ def index_select(self, dim, index):
 
 def index_select_out(self, dim, index, *, out):
     return _index_select(self, dim, index, out)
+
+
+_CAT_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
+                    torch.uint8: "Byte", torch.bool: "Bool"}
 
 
 def _check_gather_shapes(name: str, x, dim: int, index, src=None) -> None:
