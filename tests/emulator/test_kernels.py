@@ -176,7 +176,7 @@ def test_copy_rank0_zero_size_and_errors():
     with pytest.raises(ValueError):
         strided.copy_cast(ptr(b), D.INT32, (1,), ptr(a), D.FLOAT64, (), ())
     with pytest.raises(ValueError):
-        strided.copy_cast(ptr(b), D.INT32, (0,) * 13, ptr(a), D.FLOAT64, (0,) * 13, (1,) * 13)
+        strided.copy_cast(ptr(b), D.INT32, (0,) * 65, ptr(a), D.FLOAT64, (0,) * 65, (1,) * 65)  # past MAX_RANK (64)
     c = np.zeros((1,) * 12, np.float32)
     strided.copy_cast(ptr(c), D.FLOAT32, (0,) * 12, ptr(a), D.FLOAT64, (0,) * 12, (1,) * 12)
     assert c.flat[0] == 2.5

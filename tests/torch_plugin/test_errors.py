@@ -234,8 +234,6 @@ FAILING_CALLS = {
     "complex_mm": (HostFallbackError, "aten::mm: dtype torch.complex64 is not supported",
                    lambda a, b: _forbidden(lambda: torch.empty(2, 2, dtype=torch.complex64, device="emu") @
                                            torch.empty(2, 2, dtype=torch.complex64, device="emu"))),
-    "complex_random": (TypeError, "complex64 is not supported on emu",
-                       lambda a, b: torch.randn(3, dtype=torch.complex64, device="emu")),
     "uint32_arithmetic": (NotImplementedError, "not implemented for 'UInt32'",   # CPU's own error
                           lambda a, b: torch.ones(3, dtype=torch.uint32, device="emu") + 1),
     "fill_overflow": (RuntimeError, "without overflow", lambda a, b: b.fill_(1 << 40)),
