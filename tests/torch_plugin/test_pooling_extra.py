@@ -387,3 +387,19 @@ def test_embedding_bag_short_last_offset_runs_on_the_host(stats):
     got = torch.ops.aten._embedding_bag(emu(w), emu(idx), emu(off), False, 1, False, None, True, -1)
     close(got[0], ref[0])
     assert stats.fallback("aten::_embedding_bag") > 0
+
+
+# -- operands copied inside one launch stay alive until it is queued --------------------------------
+# A copy made for a launch (reshape of a channels-last or non-contiguous tensor) that is dropped
+# before the launch is queued frees its block, and the next copy of the same launch can take it:
+# the kernel then reads the second operand twice. cdist's backward makes two such copies.
+def test_cdist_backward_of_channels_last_inputs_matches_cpu():
+    a = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last).requires_grad_()
+    b = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last).requires_grad_()
+    ae, be = (t.detach().to("emu").requires_grad_() for t in (a, b))
+    g = torch.randn(2, 3, 4, 4)
+    torch.cdist(a, b).backward(g)
+    torch.cdist(ae, be).backward(g.to("emu"))
+    torch.testing.assert_close(ae.grad.cpu(), a.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(be.grad.cpu(), b.grad, rtol=1e-4, atol=1e-5)
+

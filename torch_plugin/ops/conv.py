@@ -1651,9 +1651,12 @@ def cdist_backward(grad, x1, x2, p, cdist):
         else:
             g = grad.to(x1.dtype).reshape((B,) + shape[-2:]).contiguous()
             d = cdist.to(x1.dtype).reshape((B,) + shape[-2:]).contiguous()
+            # Both operands are bound to names: a copy made by _batch3 (a channels-last input) must
+            # stay alive until the launch is queued, or the second copy takes the first one's freed
+            # block and overwrites it before the kernel reads it (a silent wrong gradient).
+            a, b = _batch3(x1, batch), _batch3(x2, batch)
             rt().launch("pairwise_distance_backward", (device_ref(grad_x1), device_ref(g), device_ref(d),
-                                                       device_ref(_batch3(x1, batch)), device_ref(_batch3(x2, batch)),
-                                                       p, False), current_stream(device))
+                                                       device_ref(a), device_ref(b), p, False), current_stream(device))
     grad_x1 = grad_x1.view(batch + tuple(x1.shape[-2:]))
     return grad_x1.sum_to_size(x1.shape) if tuple(grad_x1.shape) != tuple(x1.shape) else grad_x1
 
