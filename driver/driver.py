@@ -73,9 +73,12 @@ class Queue:
 
 class Driver:
     def __init__(self, config, image: FirmwareImage | None = None, host_clock=None,
-                 transport: HostTransport | None = None):
-        # The emulated system is the transport unless a caller hands another one in.
-        self.transport = transport if transport is not None else Platform(config)
+                 transport: HostTransport | None = None, mode: str = "functional"):
+        # The emulated system is the transport unless a caller hands another one in. ``mode``
+        # "projection": the devices time every command but compute nothing, and their memory is
+        # address space only (docs/projection.md); the driver's own work is the same in both modes.
+        self.transport = transport if transport is not None else Platform(config, mode=mode)
+        self.projection = mode == "projection"
         self._devices = list(self.transport.devices)
         self.lock = threading.RLock()
         self.config = config

@@ -22,12 +22,13 @@ from emulator.vector_engine import VectorEngine
 
 class EmulatedDevice:
     def __init__(self, env, config: DeviceConfig, index: int, host_link, interconnect,
-                 fidelity: str = "kernel"):
+                 fidelity: str = "kernel", projection: bool = False):
         self.env = env
         self.config = config
         self.index = index
         self.fidelity = fidelity
-        self.hbm = HBM(env, config.hbm, index)
+        self.projection = projection  # timed, not computed: kernels do not run, memory is unbacked
+        self.hbm = HBM(env, config.hbm, index, backed=not projection)
         self.mmu = MMU(env, config.mmu, index)
         self.dma = DmaEngines(env, config.dma, index, config.clock_ghz)
         self.host_link = host_link

@@ -8,6 +8,10 @@ device costs nothing until used. Addresses here are *physical* device addresses
 Bandwidth is one reservation timeline shared by the device's cores, streams and DMA
 engines (contention); ``efficiency`` derates the peak.
 
+In projection mode (``backed=False``) there is no store at all: the memory is address space
+only (the MMU still translates, so faults still happen), host addresses are offsets from 0 that
+nothing dereferences, and nothing is ever resident.
+
 Left out: banks/channels conflicts, refresh, and ECC scrubbing (ECC faults can
 be injected by marking addresses poisoned).
 """
@@ -19,7 +23,7 @@ import mmap
 import numpy as np
 
 from emulator.config import HbmConfig
-from emulator.errors import FaultRecord, HardwareFault
+from emulator.errors import EmulatorBug, FaultRecord, HardwareFault
 from emulator.timeline import Timeline
 
 _MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux value; Python 3.11 lacks the name
@@ -47,16 +51,21 @@ class HbmTiming:
 
 
 class HBM(HbmTiming):
-    def __init__(self, env, config: HbmConfig, device_index: int):
+    def __init__(self, env, config: HbmConfig, device_index: int, backed: bool = True):
         super().__init__(config, device_index)
         self.env = env
         self.config = config
         self.device_index = device_index
         self.capacity = config.capacity_bytes
-        self._store = mmap.mmap(-1, self.capacity,
-                                flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
-        self._bytes = np.frombuffer(self._store, dtype=np.uint8)
-        self.base_address = self._bytes.ctypes.data
+        self.backed = backed
+        if backed:
+            self._store = mmap.mmap(-1, self.capacity,
+                                    flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+            self._bytes = np.frombuffer(self._store, dtype=np.uint8)
+            self.base_address = self._bytes.ctypes.data
+        else:  # projection: address space only
+            self._store = self._bytes = None
+            self.base_address = 0
         # Byte counters (kept by the firmware per command: kernel operand traffic and copies).
         self.bytes_read = 0
         self.bytes_written = 0
@@ -71,11 +80,15 @@ class HBM(HbmTiming):
 
     def view(self, physical: int, nbytes: int) -> np.ndarray:
         self.host_address(physical, nbytes)
+        if not self.backed:
+            raise EmulatorBug("a view of device memory in projection mode: the memory holds no bytes")
         return self._bytes[physical:physical + nbytes]
 
 
     def resident_bytes(self) -> int:
-        """Bytes of the store the host has actually committed (Linux ``mincore``)."""
+        """Bytes of the store the host has actually committed (Linux ``mincore``); 0 without a store."""
+        if not self.backed:
+            return 0
         page = mmap.PAGESIZE
         vector = (ctypes.c_ubyte * (-(-self.capacity // page)))()
         libc = ctypes.CDLL(None, use_errno=True)
@@ -108,7 +121,8 @@ class HBM(HbmTiming):
 
     def flip_bit(self, physical: int, bit: int) -> None:
         self.host_address(physical, 1)
-        self._bytes[physical] ^= np.uint8(1 << (bit % 8))
+        if self.backed:  # projection: no bytes to flip; the event is still counted
+            self._bytes[physical] ^= np.uint8(1 << (bit % 8))
         self.bits_flipped = getattr(self, "bits_flipped", 0) + 1
 
     def ecc_counters(self) -> dict:

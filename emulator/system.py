@@ -26,9 +26,14 @@ class Deadlock(EmulatorError):
 
 
 class EmulatedSystem:
-    def __init__(self, config: SystemConfig):
+    def __init__(self, config: SystemConfig, mode: str = "functional"):
         from emulator.kernels import isa  # compiled; EMU_CPU_ISA is checked at power-on
+        if mode not in ("functional", "projection"):
+            raise ValueError(f"mode must be 'functional' or 'projection', got {mode!r}")
         self.config = config
+        # "projection": the devices time every command, but their kernels compute nothing and their
+        # memory is address space only (no host memory behind it).
+        self.mode = mode
         self.cpu_isa = isa.power_on()   # the host instruction set the kernels use
         self.env = simpy.Environment()
         # The DES is not re-entrant; every host thread that advances it takes this lock.
@@ -37,7 +42,7 @@ class EmulatedSystem:
         self.host_links = [HostLink(self.env, config.host_link, i) for i in range(config.num_devices)]
         self.interconnect = Interconnect(self.env, config.interconnect, config.num_devices)
         self.devices = [EmulatedDevice(self.env, config.device, i, self.host_links[i], self.interconnect,
-                                       fidelity=config.fidelity)
+                                       fidelity=config.fidelity, projection=mode == "projection")
                         for i in range(config.num_devices)]
         for device in self.devices:
             device.peers = self.devices

@@ -185,9 +185,9 @@ class DeviceEndpoint(DeviceTransport):
 class Platform(HostTransport):
     """Powers on the emulated system described by ``config`` and lists its devices."""
 
-    def __init__(self, config: SystemConfig):
+    def __init__(self, config: SystemConfig, mode: str = "functional"):
         self.config = config
-        self.system = EmulatedSystem(config)
+        self.system = EmulatedSystem(config, mode=mode)
         self.devices = [DeviceEndpoint(self.system, d) for d in self.system.devices]
 
     @property

@@ -78,6 +78,7 @@ class FirmwareInstance:
         self._launches = LRUCache(_DECODED_ENTRIES)   # (kernel, launch args) -> decoded launch
         self._costs = LRUCache(_DECODED_ENTRIES)      # (kernel, operand types/shapes/strides) -> Cost
         self._mmu = device.mmu
+        self._projection = getattr(device, "projection", False)  # kernels timed, not run
         self._launch_timeline = device.launch_timeline   # launch overhead: the command processor's
         self._hbm_timeline = device.hbm.timeline         # HBM bandwidth, shared by every engine
         self._clock_ghz = device.config.clock_ghz
@@ -211,11 +212,14 @@ class FirmwareInstance:
                 self._report_bug(ring, command, err, now)
 
     def _complete(self, ring, pending) -> None:
-        """Performs booked work's effect on device memory (the Cython kernel runs now)."""
+        """Performs booked work's effect on device memory (the Cython kernel runs now). In
+        projection mode (``device.projection``) nothing computes or moves: the work is accounted
+        exactly as it would have been, so the timeline is the functional one."""
         command, work, end = pending
         run, operands, label, unit, start, end, nbytes, flops, meta = work
         try:
-            run(*operands)
+            if not self._projection:
+                run(*operands)
             self._account(ring, command, label, unit, start, end, nbytes, flops, meta)
         except (HardwareFault, KernelArgumentError) as fault:
             self._record_error(ring, command, fault, end)

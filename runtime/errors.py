@@ -145,6 +145,19 @@ class StreamFaultError(EmuError):
         super().__init__(message, code=code)
 
 
+class ProjectionModeError(EmuError):
+    """Projection mode (``EMU_MODE=projection``) was asked for something only values can answer: a
+    copy to the host, a read of device data, a data-dependent shape, the host fallback. Raised
+    before the request does anything (nothing is made up); the device stays usable. ``op`` names
+    what was refused."""
+    code = ErrorCode.NOT_SUPPORTED
+    scope = Scope.OPERATION
+
+    def __init__(self, message: str, op: str = ""):
+        self.op = op
+        super().__init__(message)
+
+
 class PoisonedDataError(EmuError):
     """The data read was never written (its producing command was skipped or faulted) or was lost
     in a device reset. ``__cause__`` is the fault that invalidated it."""

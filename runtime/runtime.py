@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from math import prod
 
 from driver import ELEMENT_SIZE, Driver, DriverError, DriverStatus, TensorRef
 from runtime import errors
@@ -120,10 +121,11 @@ class Runtime:
                                host.fallback_overhead_ns,
                                getattr(host, "interrupt_service_ns", DEFAULT_INTERRUPT_NS))
         try:
-            self.driver = Driver(self.config, firmware_image, host_clock=self.clock)
+            self.driver = Driver(self.config, firmware_image, host_clock=self.clock, mode=self.settings.mode)
         except DriverError as err:
             raise translate_driver_error(err) from err
         self.lock = self.driver.lock
+        self.projection = self.settings.projection  # EMU_MODE=projection: timed, not computed
         self.launch_blocking = self.settings.launch_blocking
         self.driver.launch_blocking = self.launch_blocking
         self.set_trace_entries(self.settings.trace_entries)
@@ -348,6 +350,12 @@ class Runtime:
     def memcpy(self, dst: TensorRef, src: TensorRef, stream: Stream, blocking: bool = False) -> int:
         """Copies between host and device memory, or between devices; same dtype and shape. Returns
         the copy command's seq."""
+        if self.projection and dst.host:
+            raise errors.ProjectionModeError(
+                f"a copy of {prod(src.shape)} elements from emu:{src.device} to host memory: projection mode "
+                f"(EMU_MODE=projection) holds no values to copy. Keep results on the device (shapes, "
+                f"memory and the modelled times are available), or run in EMU_MODE=functional",
+                op="memcpy_d2h")
         with self.lock:
             self.clock.charge_call()
             self._check(stream.device)

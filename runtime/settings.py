@@ -20,6 +20,9 @@
   the host's instruction set (default: the best it has; a level it lacks is refused at power-on).
   Read by the kernel library itself, in emulator/kernels/isa.pyx, once per process: the kernels
   sit below this layer. docs/numerics.md says what it changes.
+- ``EMU_MODE=functional|projection``: ``functional`` (the default) computes every value;
+  ``projection`` runs the same commands through the same timing model with no kernel computing
+  and device memory as address space only (docs/projection.md). Read at power-on.
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ class Settings:
     trace_entries: int = 200_000
     host_fallback: str = "warn"
     faults: tuple = ()  # (kind, device, {trigger: value}) armed at power-on
+    mode: str = "functional"  # EMU_MODE: "functional" computes values, "projection" only times them
 
     def __post_init__(self):
         if self.fidelity is not None and self.fidelity not in FIDELITIES:
@@ -45,6 +49,13 @@ class Settings:
             from runtime.errors import InvalidValueError
             raise InvalidValueError(f"host_fallback={self.host_fallback!r}: expected one of "
                                     f"{', '.join(HOST_FALLBACK_POLICIES)}")
+        if self.mode not in MODES:
+            from runtime.errors import InvalidValueError
+            raise InvalidValueError(f"EMU_MODE={self.mode!r}: expected one of {', '.join(MODES)}")
+
+    @property
+    def projection(self) -> bool:
+        return self.mode == "projection"
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "Settings":
@@ -56,6 +67,7 @@ class Settings:
             trace_entries=_non_negative_int(environ, "EMU_TRACE_ENTRIES", 200_000),
             host_fallback=host_fallback_policy(environ),
             faults=fault_requests(environ),
+            mode=execution_mode(environ),
         )
 
     def load_config(self):
@@ -70,6 +82,13 @@ class Settings:
 
 HOST_FALLBACK_POLICIES = ("allow", "warn", "forbid")
 FIDELITIES = ("kernel", "tile")
+MODES = ("functional", "projection")
+
+
+def execution_mode(environ=os.environ) -> str:
+    """``EMU_MODE`` (default ``functional``), read alone (``torch.emu.is_projection_mode()`` asks
+    it before the device powers on)."""
+    return environ.get("EMU_MODE", "").strip().lower() or "functional"
 
 
 def host_fallback_policy(environ=os.environ) -> str:

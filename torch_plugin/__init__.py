@@ -49,6 +49,6 @@ import torch  # noqa: E402
 
 _register()
 
-from torch_plugin.errors import HostFallbackError  # noqa: E402  (torch_plugin.HostFallbackError)
+from torch_plugin.errors import HostFallbackError, ProjectionModeError  # noqa: E402  (torch_plugin.HostFallbackError)
 
-__all__ = ["HostFallbackError"]
+__all__ = ["HostFallbackError", "ProjectionModeError"]

@@ -9,7 +9,8 @@ import torch
 import runtime
 from torch_plugin import _C
 from torch_plugin._bridge import BRIDGE
-from torch_plugin.errors import EmuAcceleratorError, raises_torch_errors, translate
+from torch_plugin import errors as _errors
+from torch_plugin.errors import EmuAcceleratorError, ProjectionModeError, raises_torch_errors, translate
 
 _PRIVATEUSE1_TYPE = 20  # c10::DeviceType::PrivateUse1, what torch.Stream(device_type=...) takes
 
@@ -484,6 +485,14 @@ recover = reset_device  # the former name, kept as an alias
 
 
 @raises_torch_errors
+def is_projection_mode() -> bool:
+    """True when the device runs in projection mode (``EMU_MODE=projection``, read at power-on):
+    every op is timed as in functional mode but computes nothing, device memory is address space
+    only, and what needs values raises ``ProjectionModeError`` (docs/projection.md). Before
+    power-on: what the environment selects."""
+    return _errors.is_projection_mode()
+
+
 def get_device_health(device=None) -> dict:
     """The device's health counters: ECC corrected/uncorrected, resets, retired pages, throttle
     state (``throttled``, ``clock_factor``, ``clock_ghz``), link state, heartbeat."""

@@ -17,6 +17,10 @@
 
 ``HostFallbackError`` is the plugin's own: an op with no device path would have run on
 the host while the fallback policy forbids it (raised before any state changes).
+
+``ProjectionModeError`` (a ``RuntimeError``): in projection mode (``EMU_MODE=projection``) an op
+needed values the device does not hold (``.item()``, a copy to the host, a data-dependent shape,
+a value check, the host fallback). It names the op (``op``) and the way around it; nothing ran.
 """
 from __future__ import annotations
 
@@ -60,7 +64,85 @@ class HostFallbackError(RuntimeError):
         self.op = op
 
 
+class ProjectionModeError(RuntimeError):
+    """Projection mode (``EMU_MODE=projection``) cannot answer this without values: the op named by
+    ``op`` reads device data on the host, has a data-dependent result shape, or needs the host
+    fallback. Raised before the op changed anything; the device stays usable. The message says
+    the way around it (declared sizes, a fixed generation length, keeping results on the device)."""
+
+    def __init__(self, message: str, op: str = ""):
+        super().__init__(message)
+        self.op = op
+
+
+# What a program can do instead, per kind of refused request (the messages' second half).
+AROUND_READ = ("keep the value on the device and use it in device ops, or make the control flow that needed "
+               "it fixed (a fixed number of steps or generated tokens instead of a stopping criterion)")
+AROUND_SHAPE = ("declare the size instead (e.g. torch.nonzero_static(x, size=n), repeat_interleave(..., "
+                "output_size=n), integer indices of a known length instead of a boolean mask)")
+AROUND_HOST = ("keep results on the device: shapes, device memory and the modelled times are all known "
+               "without values (torch.emu.profile(), python -m torch_plugin.project)")
+AROUND_FALLBACK = "use ops that have an emu kernel (torch.emu.op_stats() after a functional run lists the fallbacks)"
+
+
+def is_projection_mode() -> bool:
+    """Whether the emulated system runs (or, before power-on, will run) in projection mode."""
+    if runtime.is_initialized():
+        return runtime.get_runtime().projection
+    from runtime.settings import execution_mode
+    return execution_mode() == "projection"
+
+
+def projection_error(op: str, why: str, around: str) -> ProjectionModeError:
+    """The refusal of ``op`` in projection mode: ``why`` it needs values and what to do instead."""
+    return ProjectionModeError(f"{op}: {why}, and projection mode (EMU_MODE=projection) holds no values. "
+                               f"Way around: {around}", op=op)
+
+
+def refuse_in_projection(op: str | None, why: str, around: str = AROUND_READ) -> None:
+    """Raises ``projection_error`` in projection mode (call it before the op does any work). ``op``
+    None: the outermost emu op running on this thread (for helpers shared by several ops)."""
+    if runtime.is_initialized() and runtime.get_runtime().projection:
+        if op is None:
+            op = next(iter(_ops_in_flight()), "an emu op")
+        raise projection_error(op, why, around)
+
+
+def _ops_in_flight() -> list[str]:
+    """The emu ops (aten names) whose kernels are on this thread's Python stack, outermost first
+    (registry._wrap's wrappers hold the name as ``op``). Only read on the error path."""
+    import sys
+    from torch_plugin.ops import registry
+    names, frame = [], sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_filename == registry.__file__ and code.co_name in ("kernel", "observed"):
+            op = frame.f_locals.get("op")
+            if isinstance(op, str) and (not names or names[-1] != op):
+                names.append(op)
+        frame = frame.f_back
+    return names[::-1]
+
+
+def _projection_refusal(err: runtime.ProjectionModeError) -> ProjectionModeError:
+    """A copy to the host that the runtime refused, named after the op that asked for it."""
+    ops = [op for op in _ops_in_flight() if op not in ("aten::_copy_from", "aten::_to_copy")] or _ops_in_flight()
+    if not ops:
+        return ProjectionModeError(f"a copy from emu to host memory: {err}", op=err.op)
+    outer = ops[0]
+    if outer == "aten::_local_scalar_dense":
+        why, around = "reads a device value on the host (Tensor.item(), int(), float(), bool())", AROUND_READ
+    elif outer == "aten::_copy_from":
+        why, around = "copies device data to host memory (Tensor.cpu(), .to('cpu'), .numpy(), printing)", AROUND_HOST
+    else:
+        why = "reads device data on the host" + (f" (through {ops[-1]})" if len(ops) > 1 else "")
+        around = AROUND_READ
+    return projection_error(outer, why, around)
+
+
 def translate(err: runtime.EmuError) -> Exception:
+    if isinstance(err, runtime.ProjectionModeError):
+        return _projection_refusal(err)
     if isinstance(err, runtime.OutOfMemoryError):
         return torch.OutOfMemoryError(str(err))
     if isinstance(err, EmulatorBugError):

@@ -35,7 +35,7 @@ from math import prod
 import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
-from torch_plugin.errors import unsupported_dtype
+from torch_plugin.errors import refuse_in_projection, unsupported_dtype
 from torch_plugin.ops._common import (check_overlap, common_device, current_stream, device_ref, resize_out,
                                       rt)
 import runtime
@@ -1149,6 +1149,7 @@ def _check_unpool_indices(name, indices, plane, size):
     context): the index range comes from a device reduction, read with one synchronisation."""
     if indices.numel() == 0:
         return
+    refuse_in_projection(name, "checks device values on the host before it launches (the indices' range)")
     lo, hi = torch.stack((indices.min(), indices.max())).tolist()
     if lo < 0 or hi >= plane:
         bad = lo if lo < 0 else hi
@@ -1807,6 +1808,8 @@ def _embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, s
         if per_sample_weights.dtype != weight.dtype or tuple(per_sample_weights.shape) != tuple(indices.shape):
             raise RuntimeError(f"{name}: per_sample_weights must have the indices' shape and weight's dtype")
     n, (V, D) = indices.numel(), weight.shape
+    if offsets.device.type == "emu":
+        refuse_in_projection(None, "reads the offsets (which decide the bags) and the indices' range on the host")
     bounds = [int(v) for v in offsets.tolist()]
     if include_last_offset and not bounds:
         raise RuntimeError("include_last_offset: number of offset should be at least 1")

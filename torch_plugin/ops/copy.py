@@ -21,6 +21,7 @@ import warnings
 
 import torch
 
+import runtime
 from torch_plugin._bridge import BRIDGE
 from torch_plugin.ops._common import (check_storable, current_stream, device_ref, host_ref,
                                       non_overlapping_and_dense, rt)
@@ -143,6 +144,9 @@ def _host_to_device(dst, src, non_blocking):
 
 
 def _device_to_host(dst, src, non_blocking):
+    if rt().projection:  # refused before the staging conversion: nothing runs (errors.py names the op)
+        raise runtime.ProjectionModeError(f"a copy of {src.numel()} elements from {src.device} to the host",
+                                          op="memcpy_d2h")
     device = src.device.index
     stream = current_stream(device)
     asynchronous = non_blocking and dst.is_pinned()

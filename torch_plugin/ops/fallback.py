@@ -32,7 +32,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
 import runtime
-from torch_plugin.errors import HostFallbackError
+from torch_plugin.errors import AROUND_FALLBACK, HostFallbackError, projection_error
 from torch_plugin.ops import registry
 
 _warned: set[str] = set()
@@ -211,6 +211,10 @@ def _run_counted(op, name, args, kwargs, delegated):
         mutable, aliased_returns = _plan(op, schema)  # rejects a write it could not carry back
     except UnsupportedMutableArgument as err:
         raise _reject(name, err) from None
+    if runtime.is_initialized() and runtime.get_runtime().projection:
+        raise _reject(name, projection_error(name, "has no emu kernel" + (" for these operands" if delegated else "")
+                                             + f" ({_operands(args, kwargs)}) and would run on the host from the "
+                                             "device's values", AROUND_FALLBACK))
     policy = registry.host_fallback_policy()
     if policy == registry.FORBID:
         detail = " for these operands" if delegated else ""

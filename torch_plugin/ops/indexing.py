@@ -27,7 +27,7 @@ import warnings
 import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
-from torch_plugin.errors import unsupported_dtype
+from torch_plugin.errors import AROUND_SHAPE, refuse_in_projection, unsupported_dtype
 from torch_plugin.ops._common import (_byte_range, broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, resize_out,
                                       rt)
@@ -800,6 +800,8 @@ def _nonzero(x, out=None):
     if out is not None and out.dtype != torch.int64:
         raise RuntimeError(f"nonzero: Expected out tensor to have scalar type Long but got scalar type "
                            f"{_dtype_name(out.dtype)}")
+    if x.numel():
+        refuse_in_projection(name, "its output size is the number of nonzero elements (data)", AROUND_SHAPE)
     n = _count(x) if x.numel() else 0
     shape = (n, x.dim())
     if out is None:
@@ -831,6 +833,8 @@ def _masked_select(x, mask, out=None):
         _check_out_dtype(name, out, x.dtype)
     shape = broadcast_shape(tuple(x.shape), tuple(mask.shape))
     mstrides = broadcast_strides(mask, shape)
+    if 0 not in shape:
+        refuse_in_projection(name, "its output size is the number of true mask elements (data)", AROUND_SHAPE)
     n = _count(mask, shape, mstrides) if 0 not in shape else 0
     if out is None:
         out = torch.empty((n,), dtype=x.dtype, device=_emu(device))
@@ -1319,6 +1323,8 @@ def repeat_interleave_tensor(repeats, *, output_size=None):
         if n == 0:
             total = 0
         else:
+            refuse_in_projection("aten::repeat_interleave", "without output_size its output size is the sum "
+                                 "of the repeats (data)", AROUND_SHAPE)
             total, smallest = torch.stack([repeats.sum().to(torch.int64), repeats.min().to(torch.int64)]).tolist()
             if smallest < 0:
                 raise RuntimeError("repeats can not be negative")
@@ -1423,6 +1429,9 @@ def nonzero_static_out(self, *, size, fill_value=-1, out):
 def _unique(name, self, sort, return_inverse, return_counts):
     device = common_device(f"aten::{name}", self)
     _supported(f"aten::{name}", self)
+    if self.numel():
+        refuse_in_projection(f"aten::{name}", "its output size is the number of distinct values (data)",
+                             AROUND_SHAPE)
     dev = _emu(device)
     n = self.numel()
     values = torch.empty((n,), dtype=self.dtype, device=dev)
@@ -1457,6 +1466,7 @@ def _unique_dim(name, self, dim, sort):
     slices with index_select. Returns inverse and counts always, as CPU's unique_dim does."""
     device = common_device(f"aten::{name}", self)
     _supported(f"aten::{name}", self)
+    refuse_in_projection(f"aten::{name}", "its output size is the number of distinct slices (data)", AROUND_SHAPE)
     if self.dim() == 0:
         from torch_plugin.errors import UnsupportedDtypeError
         raise UnsupportedDtypeError(f"aten::{name}: a 0-dim tensor with dim= is not supported on emu "

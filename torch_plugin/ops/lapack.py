@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from torch_plugin.errors import unsupported_dtype
+from torch_plugin.errors import refuse_in_projection, unsupported_dtype
 from torch_plugin.ops._common import broadcast_shape, check_overlap, common_device, current_stream, device_ref, \
     resize_out, rt
 from torch_plugin.ops.registry import composite
@@ -1053,6 +1053,7 @@ def linalg_matrix_exp(self):
         return self.exp()
     A = self.reshape(-1, n, n)
     thetas = _MEXP_THETAS[self.dtype]
+    refuse_in_projection("aten::linalg_matrix_exp", "reads each matrix's norm on the host to choose its degree")
     norms = A.abs().sum(-2).amax(-1).cpu().tolist()     # the host decides each matrix's degree
     result = torch.full_like(A, float("nan"), memory_format=torch.contiguous_format)
     degrees = (1, 2, 4, 8, 12)

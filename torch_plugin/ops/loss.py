@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED
-from torch_plugin.errors import unsupported_dtype
+from torch_plugin.errors import refuse_in_projection, unsupported_dtype
 from torch_plugin.ops import fallback
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device, current_stream, device_ref,
                                       resize_out, rt)
@@ -583,6 +583,7 @@ _MARGIN_DTYPES = frozenset({torch.float32, torch.float64})
 
 
 def _target_range(target):
+    refuse_in_projection(None, "checks device values on the host before it launches (the target's range)")
     return tuple(int(v) for v in torch.stack((target.min(), target.max())).tolist()) if target.numel() else (0, 0)
 
 
@@ -816,4 +817,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_in
 
 def ctc_loss_tensor(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
     # lengths are host-side metadata of the recursion (CPU's kernel reads them on the host too)
+    if input_lengths.device.type == "emu" or target_lengths.device.type == "emu":
+        refuse_in_projection("aten::ctc_loss", "reads the lengths tensors on the host",
+                             "pass input_lengths and target_lengths as Python lists or CPU tensors")
     return _ctc_loss(log_probs, targets, input_lengths.tolist(), target_lengths.tolist(), blank, zero_infinity)

@@ -14,6 +14,7 @@ import math
 import torch
 
 from torch_plugin import _C
+from torch_plugin.errors import refuse_in_projection
 from torch_plugin._dtypes import FLOATING
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, check_dtype, current_stream, device_ref, rt
 
@@ -261,6 +262,8 @@ def _check_std_tensor(std) -> None:
     """CPU's CHECK_NORMAL_TENSOR_STD: one device reduction and one host read (a synchronisation)."""
     if std.is_complex():
         raise RuntimeError("normal expects standard deviation to be non-complex")
+    if std.numel():
+        refuse_in_projection(None, "checks device values on the host before it launches (std >= 0)")
     if std.numel() and not bool(std.min().ge(0).item()):
         raise RuntimeError("normal expects all elements of std >= 0.0")
 
@@ -377,6 +380,7 @@ def _check_multinomial(probs, n_sample, replacement) -> None:
         raise RuntimeError("number of categories cannot exceed 2^24")
     if probs.numel() == 0:
         return
+    refuse_in_projection("aten::multinomial", "checks device values on the host before it launches (finite, non-negative probabilities)")
     rows = probs if probs.dim() == 2 else probs.unsqueeze(0)
     finite_nonneg = (rows >= 0).all() & ~rows.isinf().any()
     nonneg = (rows >= 0).all()

@@ -28,7 +28,7 @@ import math
 import torch
 
 from torch_plugin._dtypes import SUPPORTED, TO_CODE
-from torch_plugin.errors import unsupported_dtype
+from torch_plugin.errors import refuse_in_projection, unsupported_dtype
 from torch_plugin.ops import registry
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 from torch_plugin.ops.reduction import (_check_out_dtype, _check_supported, _int_dims, _keep_strides,
@@ -296,6 +296,7 @@ def equal(x, other):
         return False
     if x.numel() == 0:
         return True
+    refuse_in_projection("aten::equal", "returns a Python bool computed from device values")
     return bool(torch.eq(x, other).all().item())
 
 
@@ -452,6 +453,7 @@ def _outer_edges(rows, d: int, rng) -> tuple[list, list]:
                                f"elements, but got {len(rng)}")
         lo, hi = [float(rng[2 * i]) for i in range(d)], [float(rng[2 * i + 1]) for i in range(d)]
     elif rows.numel() > 0:
+        refuse_in_projection(None, "reads the input's range on the host (no range given)", "pass range=")
         mn, mx = torch.aminmax(rows, dim=0)
         both = torch.stack([mn, mx]).to(torch.float64).cpu().tolist()  # one synchronisation
         lo, hi = both[0], both[1]
@@ -620,6 +622,7 @@ def _histc(x, bins, lo, hi, out=None):
         raise RuntimeError(f"torch.histogram(): bins must be > 0, but got {bins} for dimension 0")
     lo, hi = float(lo), float(hi)
     if lo == hi and x.numel() > 0:
+        refuse_in_projection("aten::histc", "reads the input's range on the host (min == max)", "pass min < max")
         mn, mx = torch.aminmax(x)
         lo, hi = torch.stack([mn, mx]).to(torch.float64).cpu().tolist()  # one synchronisation
     if lo == hi:
@@ -654,6 +657,7 @@ def _histc_integer(x, bins, lo, hi, out, device):
         raise RuntimeError(f"bins must be > 0, but got {bins}")
     lo, hi = int(lo), int(hi)
     if lo == hi and x.numel() > 0:
+        refuse_in_projection(name, "reads the input's range on the host (min == max)", "pass min < max")
         mn, mx = torch.aminmax(x)
         lo, hi = torch.stack([mn, mx]).to(torch.int64).cpu().tolist()  # one synchronisation
     if lo == hi:
@@ -732,6 +736,7 @@ def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, ax
     if axis != segs.dim() - 1:
         raise RuntimeError(f"segment_reduce(): Expected axis to be the last dimension of {which} but got {axis}.")
     if offsets is None and not unsafe:
+        refuse_in_projection(None, "checks device values on the host before it launches (the lengths)", "pass unsafe=True with lengths known to be valid")
         if lengths.numel() and int(lengths.min().item()) < 0:
             raise RuntimeError("lengths contains negative value!")
         if not bool((lengths.sum(-1) == data.shape[axis]).all().item()):
