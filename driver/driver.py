@@ -20,7 +20,7 @@ from driver.errors import DriverError, DriverStatus, FirmwareRecordError, Intern
 from driver.firmware_loader import load_and_check
 from driver.memory_manager import VA_WINDOW, AddressSpace, AddressSpaceExhausted, PhysicalAllocator
 from firmware import (ConfigError, FirmwareImage, HostTransport, InvalidRequest, Platform, WaitNeverSatisfied,
-                      abi, describe_description, load_description)
+                      abi, collective_model, describe_description, load_description)
 from firmware.lru import LRUCache
 
 log = logging.getLogger("seed.driver")
@@ -34,6 +34,17 @@ _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type
 _LAUNCH = abi.Opcode.LAUNCH
 _new_tuple = tuple.__new__  # builds ABI records without their Python-level namedtuple __new__
 DESCRIPTOR_CACHE_ENTRIES = 4096
+
+
+def collective_cost(interconnect, op: str, nbytes: int, ranks: int, nodes: int = 1, hops: int = 1,
+                    algorithm: str = ""):
+    """The time the device models for a COLLECTIVE with these fields on ``interconnect`` (the
+    hardware description's ``interconnect``), as an ``emulator.collectives.CollectiveCost``: the
+    same model the firmware books the command with. Bad fields: DriverError INVALID_ARGUMENT."""
+    try:
+        return collective_model.collective_cost(op, nbytes, ranks, interconnect, nodes, hops, algorithm)
+    except ValueError as err:
+        raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective's {err}") from None
 
 
 def load_configuration(preset: str, path: str | None = None):
@@ -293,21 +304,23 @@ class Driver:
             resolved.append(a)
         return self._submit(queue, abi.LaunchCommand, _LAUNCH, kernel, tuple(resolved))
 
-    def submit_collective(self, queue: Queue, name: str, pairs, not_before_ns: float = 0.0,
-                          duration_ns: float = 0.0, link_bytes: int = 0) -> int:
-        """A collective's part on the queue's device (abi.Opcode.COLLECTIVE): it holds the device's
-        network port and links for ``duration_ns`` from ``not_before_ns`` (device time) at the
-        earliest, then copies each (dst, src) pair of TensorRefs (same shape and dtype; host or this
-        device's memory), taking no time for them."""
+    def submit_collective(self, queue: Queue, name: str, pairs, not_before_ns: float = 0.0, op: str = "",
+                          nbytes: int = 0, ranks: int = 1, nodes: int = 1, hops: int = 1, algorithm: str = "") -> int:
+        """A collective's part on the queue's device (abi.Opcode.COLLECTIVE): from ``not_before_ns``
+        (device time) at the earliest it holds the device's network port and links for the time the
+        device models ``op`` with (``collective_cost``; ``op`` "": nothing held), then copies each
+        (dst, src) pair of TensorRefs (same shape and dtype; host or this device's memory), taking no
+        time for them."""
         if type(name) is not str or not name.isidentifier():
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective needs a name (an identifier), got {name!r}")
-        for field, value in (("not_before_ns", not_before_ns), ("duration_ns", duration_ns)):
-            if type(value) not in (int, float) or not 0 <= value < float("inf"):
-                raise DriverError(DriverStatus.INVALID_ARGUMENT,
-                                  f"a collective's {field} must be a finite number >= 0, got {value!r}")
-        if type(link_bytes) is not int or link_bytes < 0:
+        if type(not_before_ns) not in (int, float) or not 0 <= not_before_ns < float("inf"):
             raise DriverError(DriverStatus.INVALID_ARGUMENT,
-                              f"a collective's link_bytes must be an int >= 0, got {link_bytes!r}")
+                              f"a collective's not_before_ns must be a finite number >= 0, got {not_before_ns!r}")
+        if type(op) is not str or type(algorithm) is not str:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"a collective's op and algorithm are names, got {op!r} and {algorithm!r}")
+        if op:
+            collective_cost(self.config.interconnect, op, nbytes, ranks, nodes, hops, algorithm)  # checks the fields
         if not isinstance(pairs, (tuple, list)):
             raise DriverError(DriverStatus.INVALID_ARGUMENT, f"a collective's pairs must be a sequence, got {pairs!r}")
         resolved = []
@@ -320,7 +333,7 @@ class Driver:
                                                                  f"got {d.shape}/{d.dtype} and {s.shape}/{s.dtype}")
             resolved.append((d, s))
         return self._submit(queue, abi.CollectiveCommand, abi.Opcode.COLLECTIVE, name, tuple(resolved),
-                            float(not_before_ns), float(duration_ns), link_bytes)
+                            float(not_before_ns), op, nbytes, ranks, nodes, hops, algorithm)
 
     def submit_signal(self, queue: Queue, semaphore: int, value: int) -> int:
         _check_fence(semaphore, value)

@@ -91,12 +91,28 @@ class InterconnectConfig(_Validated):
                           choices=("fully_connected", "ring", "switch"))
     links_per_pair: int = param(1, "1", "parallel links between two connected devices (bandwidth adds up)",
                                 minimum=1)
-    devices_per_node: int = param(0, "1", "devices per node of a multi-node job; the links above join the "
-                                          "devices of one node, the internode link joins nodes (0: taken from "
-                                          "the job, torchrun's LOCAL_WORLD_SIZE, else num_devices)", minimum=0)
+    devices_per_node: int = param(0, "1", "devices per node of a multi-node job: global rank r sits on node "
+                                          "r // devices_per_node; the links above join the devices of one node, "
+                                          "the internode link joins nodes (0: one node holds every rank)",
+                                  minimum=0)
     internode_bandwidth_gb_per_s: float = param(25.0, "GB/s", "bandwidth of the network link between two nodes, "
                                                               "per direction", minimum=0.001)
     internode_latency_ns: float = param(5000.0, "ns", "latency of the network link between two nodes", minimum=0.0)
+    # The collective model's parameters (emulator/collectives.py).
+    protocol_efficiency: float = param(1.0, "1", "fraction of a link's bandwidth a collective's payload gets "
+                                                 "(the rest is the protocol's flags and synchronisation: NCCL's "
+                                                 "Simple protocol)", minimum=0.01)
+    in_switch_reduction: bool = param(False, "", "the switch reduces and multicasts (NVLink SHARP / NVLS): an "
+                                                 "all_reduce inside one node can send each byte into the switch "
+                                                 "once (topology switch only)")
+    in_switch_efficiency: float = param(1.0, "1", "fraction of a port's bandwidth the in-switch reduction and "
+                                                  "multicast sustain", minimum=0.01)
+    collective_step_ns: float = param(1000.0, "ns", "fixed cost of one algorithm step of a collective "
+                                                    "(synchronisation with the peer, work per chunk), added to "
+                                                    "the link latency", minimum=0.0)
+    collective_launch_ns: float = param(5000.0, "ns", "fixed cost of one collective (launch and setup)", minimum=0.0)
+    direct_max_bytes: int = param(256 * KiB, "B", "largest message for which the one-shot direct algorithm is a "
+                                                  "candidate (its staging buffer)", minimum=0)
 
 
 def _rate(default: float, what: str):

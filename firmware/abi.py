@@ -10,8 +10,10 @@ below. Commands of one ring run in order.
 from collections import namedtuple
 from enum import IntEnum
 
-ABI_MAJOR = 1
-ABI_MINOR = 2  # 1.1: COLLECTIVE; 1.2: INVALID_ARGUMENT, Irq.POISONED, operation-scope statuses
+# 1.1: COLLECTIVE; 1.2: INVALID_ARGUMENT, Irq.POISONED, operation-scope statuses; 2.0: COLLECTIVE
+# carries the op and the group's shape instead of a duration, and the device models its time.
+ABI_MAJOR = 2
+ABI_MINOR = 0
 FIRMWARE_VERSION = (ABI_MAJOR, ABI_MINOR, 0)
 
 
@@ -22,10 +24,11 @@ class Opcode(IntEnum):
     WAIT = 4      # stall the ring until a semaphore (of any device) reaches value
     LAUNCH = 5    # run a kernel of the device's kernel library
     COLLECTIVE = 6  # a collective's part on this device: it holds the device's network port and
-                    # links for duration_ns from max(ready, not_before_ns), then copies each
-                    # (dst, src) pair. The copies are the functional data path (the data crosses
-                    # the host, the emulated fabric only carries the time): no DMA engine, host
-                    # link or HBM time is charged for them. duration_ns == 0 holds nothing.
+                    # links from max(ready, not_before_ns) for the time the device's interconnect
+                    # model gives the op (emulator/collectives.py), then copies each (dst, src)
+                    # pair. The copies are the functional data path (the data crosses the host,
+                    # the emulated fabric only carries the time): no DMA engine, host link or HBM
+                    # time is charged for them. op == "" holds nothing.
 
 
 class ElementType(IntEnum):
@@ -101,10 +104,13 @@ FillCommand = namedtuple("FillCommand", "opcode seq asid dst value")
 SignalCommand = namedtuple("SignalCommand", "opcode seq asid semaphore value")
 WaitCommand = namedtuple("WaitCommand", "opcode seq asid device semaphore value")
 LaunchCommand = namedtuple("LaunchCommand", "opcode seq asid kernel args")
-# ``name``: the collective ("all_reduce", ...), the trace shows "collective.<name>". ``pairs``: a tuple
-# of (dst, src) TensorDescriptors of one dtype and shape each. ``link_bytes``: the bytes each held
-# link direction carries (its byte counters).
-CollectiveCommand = namedtuple("CollectiveCommand", "opcode seq asid name pairs not_before_ns duration_ns link_bytes")
+# ``name``: the trace shows "collective.<name>". ``pairs``: a tuple of (dst, src) TensorDescriptors of
+# one dtype and shape each. What the device models: ``op`` (emulator.collectives.OPS, or "" for a
+# command that only copies, e.g. staging the inputs), ``nbytes`` (the message size), the group's
+# shape: ``ranks``, ``nodes`` it spans, ``hops`` (links a send/recv crosses inside a node), and
+# ``algorithm`` ("" lets the model choose, else emulator.collectives.ALGORITHMS).
+CollectiveCommand = namedtuple("CollectiveCommand", "opcode seq asid name pairs not_before_ns op nbytes ranks nodes "
+                                                    "hops algorithm")
 
 Completion = namedtuple("Completion", "device ring seq semaphore value sim_time_ns")
 PoisonNotice = namedtuple("PoisonNotice", "device ring seq sim_time_ns")

@@ -30,6 +30,7 @@ import traceback
 from collections import deque
 from math import prod
 
+from emulator import collectives
 from emulator.errors import EmulatorBug, FaultRecord, HardwareFault, InjectedFault, KernelArgumentError
 from emulator.faults import COPY_HOST, COPY_LOCAL, COPY_PEER, FILL, LAUNCH, FaultInjector
 from emulator.kernels import dtypes
@@ -696,26 +697,30 @@ class FirmwareInstance:
         return end, (KERNELS["copy"].run, (out, inp), f"memcpy_{counter}", "dma", start, end, nbytes, 0, meta)
 
     def _book_collective(self, command, now: float):
-        # Its time is the collective model's (torch_plugin/distributed/cost_model.py): the links
-        # and network port of this device are held from max(now, not_before_ns, the links' free
-        # time) for duration_ns; its copies (the functional path through the host) take no time.
+        # Its time is the device's interconnect model (emulator/collectives.py) for the op, size,
+        # group shape and algorithm hint the command carries: the links and network port of this
+        # device are held from max(now, not_before_ns, the links' free time) for that time; its
+        # copies (the functional path through the host) take no time. op "" holds nothing.
         pairs = command.pairs
         operands, nbytes = [], 0
         for dst, src in pairs:
             operands.append(self._resolve(dst, "dma"))   # translation faults first: nothing moves
             operands.append(self._resolve(src, "dma"))
             nbytes += prod(src.shape) * dtypes.ITEMSIZE[src.dtype]
-        duration = command.duration_ns
         start = command.not_before_ns if command.not_before_ns > now else now
-        lanes, bound = (), "latency"
-        if duration > 0:
+        duration, lanes, bound, link_bytes = 0.0, (), "latency", 0
+        if command.op:
             net = self.device.interconnect
+            cost = collectives.collective_cost(command.op, command.nbytes, command.ranks, net.config,
+                                               command.nodes, command.hops, command.algorithm)
+            duration, link_bytes = cost.time_ns, cost.link_bytes
+        if duration > 0:
             links = net.collective_links(self.device.index)
             for link in links:
                 start = link.earliest_start(start)
             for link in links:
                 link.hold(start, duration)
-                link.bytes += command.link_bytes
+                link.bytes += link_bytes
             lanes, bound = tuple(link.name for link in links), "interconnect"
         end = start + duration
         dtype = abi.ELEMENT_NAMES.get(int(pairs[0][0].dtype), "") if pairs else ""

@@ -14,6 +14,7 @@ import threading
 from math import prod
 
 from driver import ELEMENT_SIZE, Driver, DriverError, DriverStatus, TensorRef
+from driver.driver import collective_cost as _driver_collective_cost
 from runtime import errors
 from runtime.allocator import CachingAllocator
 from runtime.host_clock import DEFAULT_INTERRUPT_NS, HostClock
@@ -652,12 +653,13 @@ class Runtime:
         with self.lock:
             return self.driver.semaphore_value(event.device, event.semaphore) >= event.count
 
-    def collective(self, stream: Stream, name: str, pairs, not_before_ns: float = 0.0, duration_ns: float = 0.0,
-                   link_bytes: int = 0) -> int:
-        """Enqueues a collective's part on ``stream`` (abi.Opcode.COLLECTIVE): it holds the device's
-        network port and links for ``duration_ns`` from ``not_before_ns`` (device time) at the
-        earliest, then copies each (dst, src) pair of TensorRefs without modelled time (the functional
-        path of the data through the host). Returns the command's seq."""
+    def collective(self, stream: Stream, name: str, pairs, not_before_ns: float = 0.0, op: str = "",
+                   nbytes: int = 0, ranks: int = 1, nodes: int = 1, hops: int = 1, algorithm: str = "") -> int:
+        """Enqueues a collective's part on ``stream`` (abi.Opcode.COLLECTIVE): from ``not_before_ns``
+        (device time) at the earliest it holds the device's network port and links for the time the
+        device models ``op`` with (``collective_cost``; ``op`` "": nothing held), then copies each
+        (dst, src) pair of TensorRefs without modelled time (the functional path of the data through
+        the host). Returns the command's seq."""
         with self.lock:
             self.clock.charge_call()
             self._check(stream.device)
@@ -666,11 +668,17 @@ class Runtime:
                 for dst, src in pairs:
                     self._unpoison_covered(dst, (src,))
             try:
-                seq = self.driver.submit_collective(stream.queue, name, pairs, not_before_ns, duration_ns, link_bytes)
+                seq = self.driver.submit_collective(stream.queue, name, pairs, not_before_ns, op, nbytes, ranks, nodes,
+                                                    hops, algorithm)
             except DriverError as err:
                 raise translate_driver_error(err) from err
             self._after_submit(stream, False)
             return seq
+
+    def collective_cost(self, op: str, nbytes: int, ranks: int, nodes: int = 1, hops: int = 1, algorithm: str = ""):
+        """The time the devices of this system model for a collective (``collective_cost`` on this
+        system's interconnect): what ``collective`` with the same fields will hold the links for."""
+        return collective_cost(self.config.interconnect, op, nbytes, ranks, nodes, hops, algorithm)
 
     # -- command buffers (torch_plugin/compile: one per compiled graph) -----------
     # A command recorded into a command buffer costs this fraction of an API call (its descriptor
@@ -777,6 +785,17 @@ def refuse_in_forked_child(message: str) -> bool:
 def device_of_address(address: int) -> int:
     """The device whose virtual address window holds ``address``."""
     return Driver.device_of_address(address)
+
+
+def collective_cost(interconnect, op: str, nbytes: int, ranks: int, nodes: int = 1, hops: int = 1,
+                    algorithm: str = ""):
+    """The device's model of a collective on ``interconnect`` (a hardware description's
+    ``interconnect``), without a powered-on system: an ``emulator.collectives.CollectiveCost``
+    (``algorithm``, ``time_ns``, ``candidates``, bus bandwidth). Bad fields: InvalidValueError."""
+    try:
+        return _driver_collective_cost(interconnect, op, nbytes, ranks, nodes, hops, algorithm)
+    except DriverError as err:
+        raise translate_driver_error(err) from err
 
 
 def hardware_description(config) -> dict:

@@ -262,7 +262,7 @@ class _RuntimeHooks:
             note_command(seq, kernel, t0)
             return seq
 
-        def hooked_collective(stream, name, pairs, not_before_ns=0.0, duration_ns=0.0, link_bytes=0):
+        def hooked_collective(stream, name, pairs, not_before_ns=0.0, **model):
             # A collective's functional data path crosses the host: its copies count as host traffic.
             kernel = f"collective.{name}"
             registry.note_kernel(kernel)
@@ -273,7 +273,7 @@ class _RuntimeHooks:
                     for observer in registry._observers or ():
                         observer.add_copy(direction, nbytes)
             t0 = clock.now_ns
-            seq = collective(stream, name, pairs, not_before_ns, duration_ns, link_bytes)
+            seq = collective(stream, name, pairs, not_before_ns, **model)
             note_command(seq, kernel, t0)
             return seq
 

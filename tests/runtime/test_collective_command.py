@@ -1,5 +1,6 @@
 """The COLLECTIVE command (abi.Opcode.COLLECTIVE, Runtime.collective): a collective's part on one
-device holds its network port and links for the modelled duration, overlaps compute on other
+device holds its network port and links for the time the device's interconnect model gives its op,
+size and group (emulator/collectives.py), overlaps compute on other
 streams, takes turns with the device's other collectives, and moves its functional data without
 modelled time. torch_plugin/distributed builds on it; these tests drive it from the runtime."""
 import numpy as np
@@ -33,14 +34,17 @@ def test_pairs_are_copied_at_the_end_and_the_links_held_from_not_before(rt):
     result = (src * 2).astype(np.float32)
     b = rt.malloc(0, src.nbytes)
     start = t_ready + 50_000.0
-    rt.collective(s, "all_reduce", ((dev(0, b, src.shape), host(result)),), start, 20_000.0, 512)
+    rt.collective(s, "all_reduce", ((dev(0, b, src.shape), host(result)),), start, op="all_reduce",
+                  nbytes=1 << 20, ranks=4)
     assert np.array_equal(download(rt, b, src.shape), result)
     (entry,) = _trace(rt, "collective.all_reduce")
-    assert entry.start_ns == start and entry.end_ns == start + 20_000.0
+    model = rt.collective_cost("all_reduce", 1 << 20, 4)   # the device's own model, same fields
+    assert model.time_ns > 0 and model.link_bytes == 2 * 3 * (1 << 20) // 4
+    assert entry.start_ns == start and entry.end_ns == pytest.approx(start + model.time_ns)
     assert entry.engine == "interconnect" and entry.bound == "interconnect"
     assert entry.engines == ("dev0.net", "dev0-dev1.link")
     links = rt.driver.transport.endpoints[0].firmware.byte_counters()["links"]
-    assert links["dev0-dev1.link"] == 512 and links["dev1-dev0.link"] == 0   # the link bytes it was given
+    assert links["dev0-dev1.link"] == model.link_bytes and links["dev1-dev0.link"] == 0
 
 
 def test_the_functional_copies_charge_no_dma_host_link_or_hbm(rt):
@@ -50,7 +54,8 @@ def test_the_functional_copies_charge_no_dma_host_link_or_hbm(rt):
     out = np.zeros_like(src)
     s = rt.stream(0)
     rt.collective(s, "all_gather_inputs", ((host(out), dev(0, a, src.shape)),))
-    rt.collective(s, "all_gather", ((dev(0, a, src.shape), host(out)),), 0.0, 1000.0, 0)
+    rt.collective(s, "all_gather", ((dev(0, a, src.shape), host(out)),), 0.0, op="all_gather", nbytes=src.nbytes,
+                  ranks=2)
     s.synchronize()
     after = rt.telemetry(0)
     assert after["engines_busy_ns"]["dma"] == before["engines_busy_ns"]["dma"]
@@ -70,7 +75,7 @@ def test_compute_on_another_stream_overlaps_the_collective(rt):
     y = rt.malloc(0, n * n * 4)
     compute, comm = rt.stream(0), rt.stream_create(0)
     t0 = rt.stream_reached_ns(compute)
-    rt.collective(comm, "all_reduce", (), t0, 200_000.0, 0)
+    rt.collective(comm, "all_reduce", (), t0, op="all_reduce", nbytes=64 << 20, ranks=2)
     for _ in range(4):
         rt.launch("binary", ("add", dev(0, y, (n, n)), dev(0, x, (n, n)), dev(0, x, (n, n)), F32, 1), compute)
     compute.synchronize()
@@ -86,15 +91,16 @@ def test_compute_on_another_stream_overlaps_the_collective(rt):
 def test_collectives_of_one_device_take_turns_on_its_links(rt):
     a, b, c = rt.stream_create(0), rt.stream_create(0), rt.stream(1)
     t0 = max(rt.stream_reached_ns(a), rt.stream_reached_ns(c)) + 10_000.0
-    rt.collective(a, "all_reduce", (), t0, 30_000.0, 0)
-    rt.collective(b, "all_gather", (), t0, 10_000.0, 0)
-    rt.collective(c, "broadcast", (), t0, 10_000.0, 0)   # device 1: its own port and links
+    rt.collective(a, "all_reduce", (), t0, op="all_reduce", nbytes=1 << 20, ranks=2)
+    rt.collective(b, "all_gather", (), t0, op="all_gather", nbytes=1 << 18, ranks=2)
+    rt.collective(c, "broadcast", (), t0, op="broadcast", nbytes=1 << 18, ranks=2)   # device 1: its own links
     for s in (a, b, c):
         s.synchronize()
     (first,) = _trace(rt, "collective.all_reduce")
     (second,) = _trace(rt, "collective.all_gather")
     (other,) = _trace(rt, "collective.broadcast", device=1)
     assert first.start_ns == t0
+    assert first.end_ns == pytest.approx(t0 + rt.collective_cost("all_reduce", 1 << 20, 2).time_ns)
     assert second.start_ns == first.end_ns          # device 0's links were busy until then
     assert other.start_ns == t0                     # device 1's were not
 
@@ -130,10 +136,18 @@ def test_bad_name_times_and_shapes_are_refused(rt):
     out = np.zeros(4, np.float32)
     with pytest.raises(EmuError, match="name"):
         rt.collective(s, "all reduce!", ())
-    with pytest.raises(EmuError, match="duration_ns"):
-        rt.collective(s, "all_reduce", (), 0.0, float("nan"))
     with pytest.raises(EmuError, match="not_before_ns"):
-        rt.collective(s, "all_reduce", (), -1.0, 0.0)
+        rt.collective(s, "all_reduce", (), float("nan"))
+    with pytest.raises(EmuError, match="not_before_ns"):
+        rt.collective(s, "all_reduce", (), -1.0)
+    with pytest.raises(EmuError, match="unknown collective 'allreduce'"):
+        rt.collective(s, "all_reduce", (), 0.0, op="allreduce", nbytes=8, ranks=2)
+    with pytest.raises(EmuError, match="nbytes"):
+        rt.collective(s, "all_reduce", (), 0.0, op="all_reduce", nbytes=-1, ranks=2)
+    with pytest.raises(EmuError, match="nodes"):
+        rt.collective(s, "all_reduce", (), 0.0, op="all_reduce", nbytes=8, ranks=2, nodes=3)
+    with pytest.raises(EmuError, match="does not apply"):   # tiny's interconnect has no in-switch reduction
+        rt.collective(s, "all_reduce", (), 0.0, op="all_reduce", nbytes=8, ranks=2, algorithm="nvls")
     with pytest.raises(EmuError, match="equal shapes"):
         rt.collective(s, "all_reduce", ((host(out), dev(0, a, (8,))),))
     s.synchronize()   # the device is still usable
@@ -148,7 +162,7 @@ def test_a_collective_after_a_stream_fault_is_skipped_and_its_output_poisoned(rt
     staged = np.zeros(8, np.float32)
     rt.memcpy(host(staged), dev(0, a, (8,)), s)
     result = np.ones(8, np.float32)
-    rt.collective(s, "all_reduce", ((dev(0, a, (8,)), host(result)),), 0.0, 1000.0, 0)
+    rt.collective(s, "all_reduce", ((dev(0, a, (8,)), host(result)),), 0.0, op="all_reduce", nbytes=32, ranks=2)
     with pytest.raises(EmuError):
         s.synchronize()
     assert not _trace(rt, "collective.all_reduce")    # not executed

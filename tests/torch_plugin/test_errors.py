@@ -287,11 +287,11 @@ def test_bad_launch_is_rejected_before_the_device_sees_it():
 # ------------------------------------------------------------------------ firmware version
 def test_firmware_major_version_mismatch_names_both_versions():
     with pytest.raises(runtime.InitializationError) as info:
-        runtime.Runtime(firmware_image=FirmwareImage.build(version=(2, 0, 0)))
+        runtime.Runtime(firmware_image=FirmwareImage.build(version=(9, 0, 0)))
     err = info.value
     assert err.code == runtime.ErrorCode.FIRMWARE_VERSION_MISMATCH
     message = str(err)
-    assert "2.0.0" in message  # the firmware's version
+    assert "9.0.0" in message  # the firmware's version
     assert f"major version {abi.ABI_MAJOR}" in message  # the driver's
     assert err.__cause__ is not None and type(err.__cause__).__name__ == "DriverError"
     # as a torch error (what torch_plugin raises if the process's runtime hit this)

@@ -8,15 +8,13 @@ launched. Each rank uses ``emu:<local_rank>`` of its own emulated system.
 from __future__ import annotations
 
 from torch_plugin.distributed import cost_model
-from torch_plugin.distributed.backend import (EmuProcessGroup, collective_params, collective_records,
-                                              collective_summary, register, reset_collective_records,
-                                              set_collective_params, topology)
-from torch_plugin.distributed.cost_model import CollectiveCost, CollectiveParams, Topology, collective_cost
+from torch_plugin.distributed.backend import (EmuProcessGroup, collective_records, collective_summary, register,
+                                              reset_collective_records, topology)
+from torch_plugin.distributed.cost_model import Topology, collective_cost
 from torch_plugin.distributed.projection import exposed_collective_ns, format_projection, project_data_parallel
 
 register()
 
-__all__ = ["CollectiveCost", "CollectiveParams", "EmuProcessGroup", "Topology", "collective_cost",
-           "collective_params", "collective_records", "collective_summary", "cost_model", "exposed_collective_ns",
-           "format_projection",
-           "project_data_parallel", "register", "reset_collective_records", "set_collective_params", "topology"]
+__all__ = ["EmuProcessGroup", "Topology", "collective_cost", "collective_records", "collective_summary", "cost_model",
+           "exposed_collective_ns", "format_projection", "project_data_parallel", "register", "reset_collective_records",
+           "topology"]

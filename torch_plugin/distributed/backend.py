@@ -3,7 +3,7 @@
 Functionally, the data goes device -> host -> gloo -> host -> device. Its modelled time is the
 collective model's (``cost_model``), on the emulated links, like NCCL's kernels on their own stream:
 
-1. On the current stream, a COLLECTIVE command stages the inputs into host buffers. It is ordered
+1. On the current stream, a COLLECTIVE command (op "", it holds nothing) stages the inputs into host buffers. It is ordered
    after the stream's earlier work, and it takes no modelled time: the copies are the functional
    path, counted as host<->device traffic in telemetry but not charged to any engine. The host
    waits for it functionally (the emulated devices run ahead to it); the modelled host clock does
@@ -13,9 +13,11 @@ collective model's (``cost_model``), on the emulated links, like NCCL's kernels 
 2. The ready times are exchanged (an all_reduce MAX on a second gloo group), and gloo moves the data.
    The collective starts at the latest ready time of the group and lasts its modelled duration.
    Every rank therefore has the same start and end.
-3. On the process group's internal stream of the device, a second COLLECTIVE command holds the
-   device's network port and links from that start for the modelled duration. At its end it
-   writes the results into the output tensors. Work on the current stream goes on meanwhile:
+3. On the process group's internal stream of the device, a second COLLECTIVE command carries the
+   op, its size, the group's shape (ranks, the nodes it spans) and the algorithm; the device holds
+   its network port and links from that start for the time its interconnect model gives
+   (emulator/collectives.py, on the hardware description). At its end it writes the results into
+   the output tensors. Work on the current stream goes on meanwhile:
    compute overlaps communication.
 4. ``work.wait()`` makes the current stream wait for that command, without blocking the host. This
    is NCCL's stream semantics.
@@ -45,7 +47,6 @@ from torch_plugin.ops._common import current_stream, device_ref, host_ref
 _RED = ReduceOp.RedOpType
 _records: list[dict] = []
 _records_lock = threading.Lock()
-_params = cost_model.CollectiveParams()
 # Per emu device of this process: the modelled end of its latest collective (its links are busy
 # until then), in device time.
 _links_free_ns: dict[int, float] = {}
@@ -88,27 +89,11 @@ def collective_summary() -> dict:
     return out
 
 
-def set_collective_params(params: cost_model.CollectiveParams) -> None:
-    """Replaces the collective model's parameters (``cost_model.CollectiveParams``) for this process."""
-    global _params
-    if not isinstance(params, cost_model.CollectiveParams):
-        raise TypeError(f"expected a CollectiveParams, got {type(params).__name__}")
-    _params = params
-
-
-def collective_params() -> cost_model.CollectiveParams:
-    return _params
-
-
 def topology(ranks_per_node: int | None = None) -> cost_model.Topology:
-    """The topology the model uses, from this process's hardware description. Ranks per node: the
-    description's own field when it has one, else torchrun's LOCAL_WORLD_SIZE, else num_devices."""
-    config = runtime.get_runtime().config
-    if ranks_per_node is None and not (getattr(config.interconnect, "devices_per_node", 0)
-                                       or getattr(config, "devices_per_node", 0)):
-        local = os.environ.get("LOCAL_WORLD_SIZE")
-        ranks_per_node = int(local) if local else None
-    return cost_model.Topology.from_config(config, ranks_per_node)
+    """The interconnect the devices model, from this process's hardware description. Ranks per
+    node: the description's ``interconnect.devices_per_node`` (0: one node), unless
+    ``ranks_per_node`` replaces it (a projection to nodes of another size)."""
+    return cost_model.Topology.from_config(runtime.get_runtime().config, ranks_per_node)
 
 
 def _nbytes(tensors) -> int:
@@ -402,13 +387,15 @@ class EmuProcessGroup(dist.ProcessGroup):
         return max(rt.stream_reached_ns(stream), _links_free_ns.get(device, 0.0))
 
     def _issue(self, op: str, seq: int, device: int, nbytes: int, host_bytes: int, inner: list, writes,
-               result, start: float, ready: float, cost: cost_model.CollectiveCost) -> EmuWork:
+               result, start: float, ready: float, model) -> EmuWork:
         """Step 3: the device command that holds the links from ``start`` and writes ``writes``
-        (emu tensor, host tensor) at its end; its record; the work."""
+        (emu tensor, host tensor) at its end; its record; the work. ``model``: ``_model``'s (cost,
+        command fields); the command pins the chosen algorithm, so the device books ``cost``."""
+        cost, fields = model
         end = start + cost.time_ns
         rt = runtime.get_runtime()
         comm = self._comm_stream(device)
-        rt.collective(comm, op, _pair_refs(writes), start, cost.time_ns, cost.link_bytes)
+        rt.collective(comm, op, _pair_refs(writes), start, **fields)
         for dst, _ in writes:  # the comm stream writes them: their frees wait for it (NCCL's recordStream)
             rt.record_stream(device, dst.untyped_storage().data_ptr(), comm.stream_id)
         done = rt.event_create(device)
@@ -431,8 +418,19 @@ class EmuProcessGroup(dist.ProcessGroup):
             _records.append(record)
         return work
 
-    def _model(self, op: str, nbytes: int) -> cost_model.CollectiveCost:
-        return cost_model.collective_cost(op, nbytes, self.size(), topology(), _params)
+    def _model(self, op: str, nbytes: int, peers=None):
+        """(the device's modelled cost, the COLLECTIVE command's fields) of ``op`` over this group
+        (``peers``: the (src, dst) group ranks of a send/recv)."""
+        topo = topology()
+        if peers is None:
+            ranks, nodes, hops = self.size(), topo.nodes(self._global), 1
+        else:
+            src, dst = (self._global[r] for r in peers)
+            ranks, nodes, hops = 2, topo.nodes((src, dst)), topo.hops(src, dst, max(self._global) + 1)
+        cost = runtime.get_runtime().collective_cost(op, nbytes, ranks, nodes, hops)
+        fields = {"op": op, "nbytes": nbytes, "ranks": ranks, "nodes": nodes, "hops": hops,
+                  "algorithm": cost.algorithm if ranks > 1 else ""}
+        return cost, fields
 
     def _gloo_call(self, op: str, seq: int, fn, *args):
         try:
@@ -728,7 +726,7 @@ class EmuProcessGroup(dist.ProcessGroup):
         start = self._exchange_ready("barrier", seq, ready)
         if rt is None:
             return _Done()
-        cost = self._model("barrier", 0)
+        cost, _ = self._model("barrier", 0)
         end = start + cost.time_ns
         rt.advance_host_time(end)
         record = {"op": "barrier", "algorithm": cost.algorithm, "bytes": 0, "ranks": self.size(),
@@ -767,9 +765,9 @@ class EmuProcessGroup(dist.ProcessGroup):
         ready = self._ready("send", device, reads)
         start, (clock_work, keep) = self._clock_p2p("send", seq, dst, tag, ready)
         inner = self._gloo_call("send", seq, self._gloo.send, host, dst, tag)
-        cost = cost_model.p2p_cost(_nbytes(tensors), self.rank(), dst, self.size(), topology(), _params)
+        model = self._model("send", _nbytes(tensors), (self.rank(), dst))
         work = self._issue("send", seq, device, _nbytes(tensors), _nbytes(host), [clock_work, inner], [], tensors,
-                           start, ready, cost)
+                           start, ready, model)
         work._keep = (keep, host)  # gloo reads them until the send completes
         return work
 
@@ -786,11 +784,9 @@ class EmuProcessGroup(dist.ProcessGroup):
         ready = self._ready("recv", device, [])
         start, _ = self._clock_p2p("recv", seq, src, tag, ready)
         self._gloo_wait("recv", seq, self._gloo_call("recv", seq, self._gloo.recv, host, src, tag))
-        cost = cost_model.p2p_cost(_nbytes(tensors), src, self.rank(), self.size(), topology(), _params)
-        cost = cost_model.CollectiveCost("recv", cost.algorithm, cost.nbytes, cost.ranks, cost.time_ns,
-                                         cost.candidates)
+        model = self._model("recv", _nbytes(tensors), (src, self.rank()))
         return self._issue("recv", seq, device, _nbytes(tensors), _nbytes(host), [], list(zip(tensors, host)),
-                           tensors, start, ready, cost)
+                           tensors, start, ready, model)
 
     def recv_anysource(self, tensors, tag: int):
         raise NotImplementedError("emu backend: recv from any source is not supported (name the source rank)")

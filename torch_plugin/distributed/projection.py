@@ -16,7 +16,8 @@ Assumptions (docs/distributed.md):
   The emulator overlaps a rank's collectives with its compute where the program allows, so the
   measured step lies between them.
 - Devices beyond ``topology.devices_per_node`` sit in other nodes: the group's collectives then pay
-  the node link (``CollectiveParams.internode_*``), flat algorithms, no hierarchy.
+  the node link (``interconnect.internode_*``), flat algorithms, no hierarchy. The collective's
+  time is the device's own model (emulator/collectives.py, through the runtime).
 - Stragglers, jitter and the optimizer step's own communication (none in DDP) are not modelled.
 """
 from __future__ import annotations
@@ -27,15 +28,15 @@ DEFAULT_RANKS = (8, 64, 512)
 DDP_BUCKET_BYTES = 25 * (1 << 20)
 
 
-def _gradient_all_reduce_ns(grad_bytes: int, n: int, topo, params, bucket_bytes: int) -> tuple[float, str]:
+def _gradient_all_reduce_ns(grad_bytes: int, n: int, topo, bucket_bytes: int) -> tuple[float, str]:
     full, rest = divmod(int(grad_bytes), bucket_bytes)
     total, algos = 0.0, []
     if full:
-        c = cost_model.collective_cost("all_reduce", bucket_bytes, n, topo, params)
+        c = cost_model.collective_cost("all_reduce", bucket_bytes, n, topo)
         total += full * c.time_ns
         algos.append(c.algorithm)
     if rest:
-        c = cost_model.collective_cost("all_reduce", rest, n, topo, params)
+        c = cost_model.collective_cost("all_reduce", rest, n, topo)
         total += c.time_ns
         algos.append(c.algorithm)
     return total, "+".join(dict.fromkeys(algos)) or "-"
@@ -43,7 +44,6 @@ def _gradient_all_reduce_ns(grad_bytes: int, n: int, topo, params, bucket_bytes:
 
 def project_data_parallel(step_ns: float, grad_bytes: int, topology: cost_model.Topology,
                           ranks=DEFAULT_RANKS, measured_comm_ns: float = 0.0, overlap: float = 0.0,
-                          params: cost_model.CollectiveParams | None = None,
                           bucket_bytes: int = DDP_BUCKET_BYTES, samples_per_rank: int | None = None) -> list[dict]:
     """One row per device count: ``ranks``, ``nodes``, ``algorithm``, ``all_reduce_ns``, ``step_ns``
     (with ``overlap``), ``step_ns_full_overlap``, ``efficiency`` (compute / step),
@@ -56,13 +56,12 @@ def project_data_parallel(step_ns: float, grad_bytes: int, topology: cost_model.
         raise ValueError(f"measured_comm_ns must be in [0, step_ns], got {measured_comm_ns!r}")
     if not bucket_bytes > 0:
         raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes!r}")
-    params = params or cost_model.CollectiveParams()
     compute = step_ns - measured_comm_ns
     rows = []
     for n in ranks:
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"device counts must be positive ints, got {n!r}")
-        comm, algo = _gradient_all_reduce_ns(grad_bytes, n, topology, params, bucket_bytes)
+        comm, algo = _gradient_all_reduce_ns(grad_bytes, n, topology, bucket_bytes)
         step = compute + max(0.0, comm - overlap * compute)
         per_node = topology.devices_per_node or n
         row = {"ranks": n, "nodes": -(-n // per_node), "algorithm": algo, "all_reduce_ns": comm,
