@@ -68,7 +68,7 @@ class MatrixEngine(TimedEngine):
 
     def __init__(self, env, config: MatrixEngineConfig, clock_ghz: float, cores: int = 1,
                  device_index: int = 0):
-        super().__init__(clock_ghz)
+        super().__init__(clock_ghz, cores)
         self.config = config
         self.cores = cores
         self.lane_names = tuple(f"dev{device_index}.core{i}.matrix" for i in range(cores))

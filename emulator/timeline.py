@@ -4,7 +4,8 @@ A unit that serves one job at a time is a timeline: a job that asks at ``now``
 for ``duration`` starts when the unit is free and holds it until it ends. The
 DES process then waits once, until the end. Requests are served in the order
 they are made in simulated time, which is what a FIFO SimPy ``Resource`` would
-do, at the cost of one event per job instead of three.
+do, at the cost of one event per job instead of three. A core's matrix engine and
+its vector engine are separate units (``CoreTimelines``, one per core and kind).
 """
 from __future__ import annotations
 
@@ -30,11 +31,12 @@ class Timeline:
 
 
 class TimedEngine:
-    """A compute engine served through one timeline: its busy time and kernel count."""
+    """A compute engine kind of a device: one timeline per core (``CoreTimelines``), its busy time
+    and kernel count."""
 
-    def __init__(self, clock_ghz: float):
+    def __init__(self, clock_ghz: float, cores: int = 1):
         self.clock_ghz = clock_ghz
-        self.timeline = Timeline()
+        self.timeline = CoreTimelines(cores)
 
     @property
     def busy_ns(self) -> float:
@@ -57,3 +59,55 @@ class TimelinePool:
     @property
     def busy_ns(self) -> float:
         return sum(lane.busy_ns for lane in self.lanes)
+
+
+class CoreTimelines:
+    """One engine kind's units, one per core (``free[i]``: when core i's engine is free). A kernel
+    that runs on k cores takes the k cores free first, from the time the last of them is free, and
+    holds them until it ends; kernels of other rings run side by side on the other cores.
+    ``busy_ns`` and ``jobs`` count kernels (their engine spans), not core-nanoseconds."""
+
+    __slots__ = ("free", "all_free_at", "busy_ns", "jobs", "cores")
+
+    def __init__(self, cores: int):
+        self.cores = cores
+        self.free = [0.0] * cores
+        self.all_free_at = 0.0   # max(free): from then on every core is free (the common case)
+        self.busy_ns = 0.0
+        self.jobs = 0
+
+    def reserve(self, now: float, k: int):
+        """(start, chosen): the earliest start of a k-core kernel asked for at ``now``, and the
+        cores it takes (None: cores 0..k-1, every core being free by ``now``)."""
+        if self.all_free_at <= now:
+            return now, None
+        free = self.free
+        chosen = sorted(range(self.cores), key=free.__getitem__)[:k]
+        start = free[chosen[-1]]
+        if start < now:
+            start = now
+        chosen.sort()
+        return start, chosen
+
+    def hold(self, chosen, k: int, start: float, end: float) -> None:
+        """Occupies ``chosen`` (or cores 0..k-1) until ``end``."""
+        free = self.free
+        if chosen is None:
+            free[:k] = [end] * k
+        else:
+            for i in chosen:
+                free[i] = end
+        if end > self.all_free_at:
+            self.all_free_at = end
+        self.busy_ns += end - start
+        self.jobs += 1
+
+    def hold_all(self, start: float, duration: float) -> None:
+        """Every core busy from ``start`` (a hung engine: nothing runs on any core)."""
+        end = max(start, self.all_free_at) + duration
+        self.free[:] = [end] * self.cores
+        self.all_free_at = end
+
+    def earliest_start(self, now: float) -> float:
+        """When a kernel on every core could start."""
+        return max(now, self.all_free_at)

@@ -23,7 +23,7 @@ _RATE_FIELD = {0: "int8", 1: "int8", 2: "int8", 3: "int32", 4: "int32", 5: "int6
 class VectorEngine(TimedEngine):
     def __init__(self, env, config: VectorEngineConfig, clock_ghz: float, cores: int = 1,
                  device_index: int = 0):
-        super().__init__(clock_ghz)
+        super().__init__(clock_ghz, cores)
         self.config = config
         self.cores = cores
         self.lane_names = tuple(f"dev{device_index}.core{i}.vector" for i in range(cores))

@@ -129,6 +129,13 @@ class FirmwareInstance:
         pending = None
         ring_time = 0.0  # when the ring's last command was booked (>= env.now while booking ahead)
         while True:
+        # Launch pipelining: the command processor launches a ring's next kernel while the ring's
+        # current work runs; its engines start once its launch and that work are done. launch_free
+        # is when the ring's next launch may start (the previous launch's end, or the time of a
+        # non-launch command: a launch after a signal, a wait or a copy starts after it).
+        launch_free = 0.0
+        launch_ns = self.device.command_processor.config.launch_ns
+        cp = self._launch_timeline
             if not len(ring):
                 if pending is not None:
                     if pending[2] > env.now:
@@ -146,10 +153,21 @@ class FirmwareInstance:
             # so a backlog of commands pays it only once.
             wake = submit_ns + decode_ns
             if pending is not None and pending[2] > wake:
+            op = command[0]
+            launched = None
+            if (op == _LAUNCH and launch_ns and not self._aborting and type(command.kernel) is str
+                    and command.kernel != "fill" and command.kernel in KERNELS):
+                # Launched as soon as it is decoded and the command processor is free, even while
+                # the ring's previous work still runs (never before the ring's previous launch).
+                launched = wake if wake > launch_free else launch_free
+                if cp.free_at > launched:
+                    launched = cp.free_at
+                wake = launch_free = cp.free_at = launched + launch_ns
+                cp.busy_ns += launch_ns
+                cp.jobs += 1
                 wake = pending[2]
             if ring_time > wake:
                 wake = ring_time
-            op = command[0]
             now = env.now
             if wake > now:
                 if op == _SIGNAL or op == _WAIT or peek() < wake:
@@ -161,6 +179,8 @@ class FirmwareInstance:
                 now = wake
             ring_time = now
             if pending is not None:
+            if launched is None:
+                launch_free = now
                 self._complete(ring, pending)
                 pending = None
             if self._aborting:  # one check while nothing faulted
@@ -179,6 +199,7 @@ class FirmwareInstance:
                     if sems.value(command.semaphore) < command.value:
                         yield sems.wait(command.semaphore, command.value) | self._abort_waits
                 continue
+                        launch_free = env.now  # the ring's next launch waits for the wait too
             effect = None
             if faults.armed:  # one check while no fault is armed
                 try:
@@ -194,7 +215,7 @@ class FirmwareInstance:
                 # Book the engine (faults in operand translation surface here); the effect on
                 # memory happens when the work ends in simulated time (_complete).
                 if op == _LAUNCH:
-                    end, work = self._book_kernel(command.kernel, command.args, now)
+                    end, work = self._book_kernel(command.kernel, command.args, now, launched)
                 elif op == _COPY:
                     end, work = self._book_copy(command, now)
                 elif op == _FILL:
@@ -409,8 +430,7 @@ class FirmwareInstance:
             detail = f"DMA transfer did not complete within {watchdog.timeout_ns:.0f} ns"
         elif kind == "engine_hang":
             # The engine is stuck: nothing else runs on it until the watchdog declares it hung.
-            timeline = self.device.engine(engine).timeline
-            timeline.hold(timeline.earliest_start(now), watchdog.timeout_ns)
+            self.device.engine(engine).timeline.hold_all(now, watchdog.timeout_ns)  # every core
             yield self.env.timeout(watchdog.timeout_ns)
             detail = f"{unit} busy for {watchdog.timeout_ns:.0f} ns without completing: the watchdog declared it hung"
         elif kind == "firmware_crash":
@@ -728,7 +748,7 @@ class FirmwareInstance:
         return end, (_copy_pairs, operands, f"collective.{command.name}", "interconnect", start, end, nbytes, 0,
                      meta)
 
-    def _book_kernel(self, name, args, now: float):
+    def _book_kernel(self, name, args, now: float, launched=None):
         # A launch's operands and cost depend only on its arguments and the page tables, so
         # a repeated launch (a training loop's) is decoded once (the TLB's and the command
         # processor's job; invalidated by any page-table change).
@@ -742,15 +762,24 @@ class FirmwareInstance:
             decoded = self._decode_launch(name, args, generation)
             self._launches.put(key, decoded)
         _, run, timeline, unit, label, operands, duration, nbytes, flops, launch_ns, hbm_ns, static = decoded
-        if launch_ns:  # the command processor launches the kernel, then the engines run it
+        if launched is not None:  # launched ahead by _ring_process (while the ring's previous kernel ran)
+            launch_start, launch_end = launched, launched + launch_ns
+        elif launch_ns:  # the command processor launches the kernel, then the engines run it
             cp = self._launch_timeline   # (Timeline.hold, inlined: this is the hot path)
             launch_start = cp.free_at if cp.free_at > now else now
-            now = cp.free_at = launch_start + launch_ns
+            now = launch_end = cp.free_at = launch_start + launch_ns
             cp.busy_ns += launch_ns
             cp.jobs += 1
         else:
-            launch_start = now
-        start = timeline.free_at if timeline.free_at > now else now
+            launch_start = launch_end = now
+        # The kernel takes the cores free first (CoreTimelines.reserve, inlined for the common case:
+        # every core free, it runs on cores 0..k-1 and the trace's lanes are the decoded ones).
+        cores = static[1]
+        if timeline.all_free_at <= now:
+            start, chosen = now, None
+        else:
+            start, chosen = timeline.reserve(now, cores)
+            static = _on_cores(static, chosen, self.device.engine(timeline_kind(unit)).lane_names)
         end = start + duration
         if hbm_ns:  # its HBM traffic queues behind other streams' and copies' (contention)
             hbm = self._hbm_timeline
@@ -761,10 +790,8 @@ class FirmwareInstance:
             if hstart > start:  # HBM was busy: a memory-bound kernel waits it out, a compute-bound
                 # one needs only its own traffic done by its end
                 end = hstart + duration if static[0] != "compute" else max(end, hstart + hbm_ns)
-        timeline.free_at = end
-        timeline.busy_ns += end - start
-        timeline.jobs += 1
-        return end, (run, operands, label, unit, start, end, nbytes, flops, (static, launch_start, now))
+        timeline.hold(chosen, cores, start, end)
+        return end, (run, operands, label, unit, start, end, nbytes, flops, (static, launch_start, launch_end))
 
     def _decode_launch(self, name, args, generation):
         kernel = KERNELS.get(name)
@@ -787,7 +814,7 @@ class FirmwareInstance:
         dtype = dtypes.NAMES.get(out.dtype, "") if out is not None else ""
         hbm_ns = 0.0 if device.config.scratchpad.operands_resident else device.hbm.stream_ns(cost.nbytes)
         engines = ((device.launch_lane,) if launch_ns else ()) + tuple(cost.engines)
-        static = (cost.bound, cost.cores, cost.tiling, engines, dtype)
+        static = (cost.bound, max(1, min(cost.cores, device.config.cores)), cost.tiling, engines, dtype)
         return (generation, kernel.run, device.engine(kernel.engine).timeline, unit, label,
                 tuple(operands), cost.ns, cost.nbytes, cost.flops, launch_ns, hbm_ns, static)
 
@@ -832,6 +859,20 @@ _KIND_STATUS = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS
 
 def _zeros_of(args) -> tuple:
     """(position, type, repr) of each zero number in ``args`` (0, 0.0, -0.0 and False compare equal)."""
+def timeline_kind(unit: str) -> str:
+    """"matrix" for "matrix_engine", "vector" for "vector_engine"."""
+    return unit[:-7]
+
+
+def _on_cores(static, chosen, lane_names) -> tuple:
+    """The decoded launch's static trace fields with its engine lanes moved to the cores it got."""
+    bound, cores, tiling, engines, dtype = static
+    moved = [lane for lane in engines if ".core" not in lane]
+    at = next((i for i, lane in enumerate(engines) if ".core" in lane), len(moved))
+    moved[at:at] = [lane_names[i] for i in chosen]
+    return bound, cores, tiling, tuple(moved), dtype
+
+
     return tuple((i, type(a), repr(a)) for i, a in enumerate(args) if type(a) in _NUMBER_TYPES and a == 0)
 
 
