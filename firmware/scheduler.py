@@ -128,7 +128,6 @@ class FirmwareInstance:
         # the work, and the host only after a synchronisation on such a signal).
         pending = None
         ring_time = 0.0  # when the ring's last command was booked (>= env.now while booking ahead)
-        while True:
         # Launch pipelining: the command processor launches a ring's next kernel while the ring's
         # current work runs; its engines start once its launch and that work are done. launch_free
         # is when the ring's next launch may start (the previous launch's end, or the time of a
@@ -136,6 +135,7 @@ class FirmwareInstance:
         launch_free = 0.0
         launch_ns = self.device.command_processor.config.launch_ns
         cp = self._launch_timeline
+        while True:
             if not len(ring):
                 if pending is not None:
                     if pending[2] > env.now:
@@ -152,7 +152,6 @@ class FirmwareInstance:
             # happens earlier. Decode is pipelined: it overlaps the previous command of the ring,
             # so a backlog of commands pays it only once.
             wake = submit_ns + decode_ns
-            if pending is not None and pending[2] > wake:
             op = command[0]
             launched = None
             if (op == _LAUNCH and launch_ns and not self._aborting and type(command.kernel) is str
@@ -165,6 +164,7 @@ class FirmwareInstance:
                 wake = launch_free = cp.free_at = launched + launch_ns
                 cp.busy_ns += launch_ns
                 cp.jobs += 1
+            if pending is not None and pending[2] > wake:
                 wake = pending[2]
             if ring_time > wake:
                 wake = ring_time
@@ -178,9 +178,9 @@ class FirmwareInstance:
                     yield env.timeout(wake - now)
                 now = wake
             ring_time = now
-            if pending is not None:
             if launched is None:
                 launch_free = now
+            if pending is not None:
                 self._complete(ring, pending)
                 pending = None
             if self._aborting:  # one check while nothing faulted
@@ -198,8 +198,8 @@ class FirmwareInstance:
                     sems = self.device.peers[command.device].command_processor.semaphores
                     if sems.value(command.semaphore) < command.value:
                         yield sems.wait(command.semaphore, command.value) | self._abort_waits
-                continue
                         launch_free = env.now  # the ring's next launch waits for the wait too
+                continue
             effect = None
             if faults.armed:  # one check while no fault is armed
                 try:
@@ -857,8 +857,6 @@ _KIND_STATUS = {"page_fault": abi.Status.PAGE_FAULT, "bus_error": abi.Status.BUS
                 "firmware_crash": abi.Status.HEARTBEAT_LOST}
 
 
-def _zeros_of(args) -> tuple:
-    """(position, type, repr) of each zero number in ``args`` (0, 0.0, -0.0 and False compare equal)."""
 def timeline_kind(unit: str) -> str:
     """"matrix" for "matrix_engine", "vector" for "vector_engine"."""
     return unit[:-7]
@@ -873,6 +871,8 @@ def _on_cores(static, chosen, lane_names) -> tuple:
     return bound, cores, tiling, tuple(moved), dtype
 
 
+def _zeros_of(args) -> tuple:
+    """(position, type, repr) of each zero number in ``args`` (0, 0.0, -0.0 and False compare equal)."""
     return tuple((i, type(a), repr(a)) for i, a in enumerate(args) if type(a) in _NUMBER_TYPES and a == 0)
 
 
