@@ -1612,6 +1612,192 @@ def _row_kernel_cost(cycles_per_element: float, flops_per_element: int):
     return cost
 
 
+# -- fused attention (attention.pyx): FlashAttention-2's tiled algorithm --------------------------
+# Operands: q (B, Hq, Lq, D), k (B, Hk, Lk, D), v (B, Hk, Lk, Dv), out (B, Hq, Lq, Dv), the float32
+# logsumexp (B, Hq, Lq), and an optional bias read (B, Hq, Lq, Lk) with broadcast strides.
+ATTENTION_TILE_K = 64          # key/value rows per streamed tile
+# Vector-engine cycles per score element, as the transcendental table counts them (exp = 8):
+# forward: the scaled score (1), the running max (1), exp (8), the row sum (1), the convert of P
+# for the P @ V product (1); backward: the score (1), exp (8), dS = P (dP - D) (2), the converts of
+# P and dS (2). Dropout adds the generator's rounds (Philox4x32-10: ~10 integer ops per word).
+_ATTENTION_FORWARD_CYCLES = 12.0
+_ATTENTION_BACKWARD_CYCLES = 13.0
+_ATTENTION_DROPOUT_CYCLES = 10.0
+
+
+def _attention_dims(q: Operand, k: Operand, v: Operand):
+    B, Hq, Lq, D = q.shape
+    return B, Hq, k.shape[1], Lq, k.shape[2], D, v.shape[3]
+
+
+def _attention_args(q, k, v, bias):
+    b = None if bias is None else (bias.addr, bias.strides)
+    return (q.addr, q.strides), (k.addr, k.strides), (v.addr, v.strides), b, (0 if bias is None else bias.dtype)
+
+
+def _attention(out: Operand, lse: Operand, q: Operand, k: Operand, v: Operand, bias: Operand | None, scale: float,
+               causal: bool, dropout_p: float, seed: int, offset: int):
+    qa, ka, va, ba, bdt = _attention_args(q, k, v, bias)
+    _module('attention').forward(q.dtype, _attention_dims(q, k, v), scale, causal, dropout_p, seed, offset, qa, ka,
+                                 va, (out.addr, out.strides), (lse.addr, lse.strides), ba, bdt)
+
+
+def _attention_backward(dq, dk, dv, dbias, grad_out: Operand, q: Operand, k: Operand, v: Operand, out: Operand,
+                        lse: Operand, bias: Operand | None, scale: float, causal: bool, dropout_p: float, seed: int,
+                        offset: int):
+    qa, ka, va, ba, bdt = _attention_args(q, k, v, bias)
+    ref = (lambda o: None if o is None else (o.addr, o.strides))
+    _module('attention').backward(q.dtype, _attention_dims(q, k, v), scale, causal, dropout_p, seed, offset, qa, ka,
+                                  va, (out.addr, out.strides), (lse.addr, lse.strides),
+                                  (grad_out.addr, grad_out.strides), ref(dq), ref(dk), ref(dv), ba, bdt, ref(dbias))
+
+
+def attention_tile_q(device, Lq: int, D: int, Dv: int, itemsize: int) -> int:
+    """Query rows a core keeps resident per tile: the largest of the matrix array's rows x 1, 2, 4
+    (FlashAttention-2 uses 128 on an H100) whose working set fits the core's scratchpad: the Q tile,
+    the float32 output accumulator and score tile, and double-buffered K and V tiles. Never more
+    rows than the sequence has (rounded up to the array); halved below the array where nothing fits."""
+    pad = device.config.scratchpad.bytes_per_core
+    tk = ATTENTION_TILE_K
+
+    def fits(tq):
+        return tq * D * itemsize + tq * Dv * 4 + tq * tk * 4 + 2 * tk * (D + Dv) * itemsize <= pad
+
+    rows = device.matrix_engine.config.rows
+    tq = rows
+    while tq > 16 and not fits(tq):
+        tq //= 2
+    while tq * 2 <= 4 * rows and tq < Lq and fits(tq * 2):
+        tq *= 2
+    return tq
+
+
+def _attention_chains(Lq: int, Lk: int, tq: int, causal: bool):
+    """(rows, key columns) of each query tile of one head: causal tiles stop at the diagonal
+    (top-left aligned: row i sees keys j <= i), so the tiles above it are never computed."""
+    chains = []
+    for i0 in range(0, Lq, tq):
+        rows = min(tq, Lq - i0)
+        chains.append((rows, min(Lk, i0 + rows) if causal else Lk))
+    return chains
+
+
+def _busiest_core(lengths: list, copies: int, cores: int) -> tuple:
+    """(time of the busiest core, units it ran, cores used) when ``copies`` x ``lengths`` independent
+    units (query-tile chains of every head) are spread over ``cores``: equal units run in waves;
+    unequal ones (causal) go longest first to the least loaded core, as FlashAttention-2 orders them."""
+    n = len(lengths) * copies
+    used = min(cores, n)
+    if len(set(lengths)) == 1:
+        waves = -(-n // used)
+        return waves * lengths[0], waves, used
+    if n > 20000:   # many small units: as balanced as the average, never shorter than the longest
+        total = sum(lengths) * copies
+        return max(total / used, max(lengths)), -(-n // used), used
+    import heapq
+    loads = [(0.0, 0)] * used
+    for length in sorted(lengths * copies, reverse=True):
+        t, units = heapq.heappop(loads)
+        heapq.heappush(loads, (t + length, units + 1))
+    t, units = max(loads)
+    return t, units, used
+
+
+def _attention_work(device, dims, dtype: int, causal: bool, dropout: bool, backward: bool):
+    """The engine work of the kernel on its cores, and the (query rows, key columns) pairs it computes."""
+    B, Hq, Hk, Lq, Lk, D, Dv = dims
+    me, ve = device.matrix_engine, device.vector_engine
+    cores = me.cores
+    isz = dtypes.ITEMSIZE[dtype]
+    tq, tk = attention_tile_q(device, Lq, D, Dv, isz), ATTENTION_TILE_K
+    cycles = (_ATTENTION_BACKWARD_CYCLES if backward else _ATTENTION_FORWARD_CYCLES) + \
+        (_ATTENTION_DROPOUT_CYCLES if dropout else 0.0)
+    pair_cache = {}
+
+    def pair_ns(rows, cols):
+        """One (query tile, key tile) step on one core. FlashAttention-2 does not specialise warps:
+        the softmax of a score tile waits for its Q K^T product and the P @ V product waits for the
+        softmax, so a core's matrix and vector work add up (FlashAttention-3's overlap is left out)."""
+        key = (rows, cols)
+        if key not in pair_cache:
+            one = lambda M, N, K: me.gemm(M, N, K, dtype, batch=cores).ns     # one tile product, one core
+            if backward:   # S = Q K^T, dP = dO V^T, dV += P^T dO, dQ += dS K, dK += dS^T Q
+                matrix = one(rows, cols, D) + one(rows, cols, Dv) + one(cols, Dv, rows) + one(rows, D, cols) + \
+                    one(cols, D, rows)
+                vector_elements, rescale = rows * cols, 0
+            else:          # S = Q K^T, O += P V
+                matrix = one(rows, cols, D) + one(rows, Dv, cols)
+                vector_elements, rescale = rows * cols, rows * Dv   # and the accumulator's rescale
+            vector = ve.elementwise(vector_elements * cores, cycles, dtypes.FLOAT32)
+            vector_ns = vector.ns - vector.fill_ns
+            if rescale:
+                extra = ve.elementwise(rescale * cores, 1.0, dtypes.FLOAT32)
+                vector_ns += extra.ns - extra.fill_ns
+            pair_cache[key] = matrix + vector_ns
+        return pair_cache[key]
+
+    chains = _attention_chains(Lq, Lk, tq, causal)
+    lengths, pairs = [], []
+    for rows, cols in chains:
+        steps = [(rows, min(tk, cols - j0)) for j0 in range(0, cols, tk)]
+        lengths.append(sum(pair_ns(r, c) for r, c in steps))
+        pairs.append(steps)
+    busy, units, used = _busiest_core(lengths, B * Hq, cores)
+    fill = ve.config.pipeline_cycles / device.config.clock_ghz
+    ns = busy + fill
+    steps_per_core = max(1, round(units * sum(len(s) for s in pairs) / len(pairs)))
+    from emulator.tiles import coarsen
+    tiles = coarsen(steps_per_core)
+    tiling = (f"{'attention_backward' if backward else 'attention'} {used} cores, {tq}x{tk} tiles "
+              f"(query x key), {B * Hq * len(chains)} query tiles{', causal' if causal else ''}")
+    work = Work(ns, round(ns * device.config.clock_ghz), used, tiling, me.lane_names[:used] + ve.lane_names[:used],
+                tiles, busy / tiles, fill, "matrix", fill)
+    return work, tq, pairs
+
+
+def _attention_useful_pairs(Lq: int, Lk: int, causal: bool) -> int:
+    """Score elements that take part (the FLOP count of the FlashAttention papers: causal is half)."""
+    if not causal:
+        return Lq * Lk
+    full = min(Lq, Lk)                      # rows 0 .. Lk - 1 see i + 1 keys, later rows all Lk
+    return full * (full + 1) // 2 + max(0, Lq - Lk) * Lk
+
+
+def _attention_cost(device, out, lse, q, k, v, bias, scale, causal, dropout_p, seed, offset):
+    dims = _attention_dims(q, k, v)
+    B, Hq, Hk, Lq, Lk, D, Dv = dims
+    work, tq, pairs = _attention_work(device, dims, q.dtype, causal, dropout_p > 0, False)
+    isz = dtypes.ITEMSIZE[q.dtype]
+    # Q read and O written once, the logsumexp written; per query tile its K/V rows stream from
+    # HBM once (no score matrix leaves the chip); a bias tile is read per score tile.
+    streamed = sum(cols for rows, cols in _attention_chains(Lq, Lk, tq, causal))
+    moved = q.nbytes + out.nbytes + lse.nbytes + B * Hq * streamed * (D + Dv) * isz
+    if bias is not None:
+        moved += B * Hq * sum(r * c for steps in pairs for r, c in steps) * dtypes.ITEMSIZE[bias.dtype]
+    flops = 2 * B * Hq * _attention_useful_pairs(Lq, Lk, causal) * (D + Dv)
+    return _roofline(device, work, moved, flops, out.nbytes + lse.nbytes)
+
+
+def _attention_backward_cost(device, dq, dk, dv, dbias, grad_out, q, k, v, out, lse, bias, scale, causal,
+                             dropout_p, seed, offset):
+    dims = _attention_dims(q, k, v)
+    B, Hq, Hk, Lq, Lk, D, Dv = dims
+    work, tq, pairs = _attention_work(device, dims, q.dtype, causal, dropout_p > 0, True)
+    isz = dtypes.ITEMSIZE[q.dtype]
+    # FlashAttention-2's backward keeps a K/V tile resident and streams the query tiles past it:
+    # per score tile its Q and dO rows are read and its float32 dQ rows read and written back; O,
+    # dO and the logsumexp are read once for D = rowsum(dO * O); K, V read and dK, dV written once.
+    tile_rows = B * Hq * sum(r for steps in pairs for r, c in steps)   # query rows over all score tiles
+    moved = q.nbytes + k.nbytes + v.nbytes + out.nbytes + grad_out.nbytes + 2 * lse.nbytes
+    moved += tile_rows * ((D + Dv) * isz + 8 * D)
+    stores = sum(o.nbytes for o in (dq, dk, dv, dbias) if o is not None)
+    if bias is not None:
+        moved += B * Hq * sum(r * c for steps in pairs for r, c in steps) * dtypes.ITEMSIZE[bias.dtype]
+    moved += stores
+    flops = 2 * B * Hq * _attention_useful_pairs(Lq, Lk, causal) * (3 * D + 2 * Dv)
+    return _roofline(device, work, moved, flops, stores)
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
@@ -1753,4 +1939,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     # add + sum of squares + scale per element (the norm kernels' rate for the statistics pass)
     Kernel("fused_add_rms_norm", "vector", _fused_add_rms_norm, _row_kernel_cost(4.0, 5)),
     Kernel("row_normalize", "vector", _row_normalize, _row_kernel_cost(3.0, 3)),
+    # -- fused attention (attention.pyx): matrix and vector engines of the same cores
+    Kernel("attention", "matrix", _attention, _attention_cost),
+    Kernel("attention_backward", "matrix", _attention_backward, _attention_backward_cost),
 )}

@@ -38,7 +38,9 @@ import math
 
 import torch
 
-from torch_plugin.ops._common import common_device
+from torch_plugin import _C
+from torch_plugin.errors import unsupported_dtype
+from torch_plugin.ops._common import broadcast_shape, broadcast_strides, common_device, current_stream, device_ref, rt
 from torch_plugin.ops.registry import composite
 
 _NESTED_WHY = ("nested tensors are not supported on emu (nn.TransformerEncoder's fast path with "
@@ -222,6 +224,12 @@ def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weig
         return query.new_empty(query.shape), None
     q, k, v = torch._transform_bias_rescale_qkv(qkv, qkv_bias, num_head)
     del qkv
+    if mask is None and not need_weights:
+        # CPU's fast path runs SDPA here too: the fused kernel, no (B, H, T, T) scores (q is scaled)
+        context = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(q, k, v, None, 0.0, False,
+                                                                                  False, scale=1.0)[0]
+        merged = context.transpose(1, 2).reshape(batch, tokens, embed_dim)
+        return torch.nn.functional.linear(merged, proj_weight, proj_bias), None
     scores = torch.matmul(q, k.transpose(-2, -1))           # (B, H, T, T); q is already scaled
     if mask is not None:
         scores = torch._masked_softmax(scores, mask if mask.dtype == torch.bool else mask.to(torch.bool),
@@ -271,3 +279,190 @@ def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bia
     if not norm_first:
         x = _norm(x, embed_dim, eps, norm_weight_2, norm_bias_2)
     return x
+
+
+# -- scaled_dot_product_attention: the fused path --------------------------------------------------
+# ATen asks _fused_sdp_choice_stub which backend runs F.scaled_dot_product_attention; the C++ core
+# (csrc/sdp_choice.cpp) hands the question to aten::_fused_sdp_choice on PrivateUse1, answered here:
+# SDPBackend.OVERRIDEABLE, so that ATen calls _scaled_dot_product_fused_attention_overrideable (one
+# device kernel, emulator/kernels/attention.pyx), or MATH where the fused kernel does not apply.
+_MATH, _OVERRIDEABLE, _NO_BACKEND = 0, 4, -1      # torch.nn.attention.SDPBackend's values
+_FUSED_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_SDPA = "aten::_scaled_dot_product_fused_attention_overrideable"
+
+
+def _fused_applies(query, key, value, attn_mask, is_causal: bool, enable_gqa: bool) -> bool:
+    """Whether the fused kernel computes what the math path would. Everything else goes to the math
+    path, which either computes it (batch dims that broadcast, ranks other than 3 and 4) or raises
+    CPU's error (heads that differ without enable_gqa, a mask beside is_causal)."""
+    tensors = (query, key, value) + (() if attn_mask is None else (attn_mask,))
+    if any(t.device.type != "emu" or t.is_nested or t.layout != torch.strided for t in tensors):
+        return False
+    if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+        return False
+    if query.dtype not in _FUSED_DTYPES or key.dtype != query.dtype or value.dtype != query.dtype:
+        return False
+    if query.shape[:-3] != key.shape[:-3] or key.shape[:-1] != value.shape[:-1] or key.shape[-1] != query.shape[-1]:
+        return False
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    if heads != kv_heads and not (enable_gqa and heads % kv_heads == 0):
+        return False
+    if min(query.numel(), key.numel(), value.numel()) == 0:
+        return False
+    if attn_mask is not None:
+        if is_causal or attn_mask.dim() > 4 or not (attn_mask.dtype == torch.bool or attn_mask.is_floating_point()):
+            return False
+        try:
+            target = (*query.shape[:-1], key.shape[-2])
+            if broadcast_shape(tuple(attn_mask.shape), target) != target:
+                return False
+        except RuntimeError:
+            return False
+    return True
+
+
+def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                     enable_gqa=False):
+    """aten::_fused_sdp_choice on emu: the backend F.scaled_dot_product_attention takes. Honours
+    torch.nn.attention.sdpa_kernel (its OVERRIDEABLE and MATH switches)."""
+    if torch._C._get_overrideable_sdp_enabled() and _fused_applies(query, key, value, attn_mask, is_causal,
+                                                                      enable_gqa):
+        return _OVERRIDEABLE
+    return _MATH if torch._C._get_math_sdp_enabled() else _NO_BACKEND
+
+
+def _as_4d(t):
+    """(shape, strides) of a 3-d (H, L, D) or 4-d (B, H, L, D) operand as 4-d."""
+    if t.dim() == 3:
+        return (1, *t.shape), (0, *t.stride())
+    return tuple(t.shape), t.stride()
+
+
+def _ref4(t):
+    shape, strides = _as_4d(t)
+    return device_ref(t, shape, strides)
+
+
+def _bias_ref(op: str, bias, query, key):
+    """The bias read as (B, Hq, Lq, Lk), stride 0 on its broadcast dims."""
+    if bias is None:
+        return None
+    if bias.dim() > 4 or not (bias.dtype == torch.bool or bias.is_floating_point()):
+        raise RuntimeError(f"{op}: attn_bias must be a boolean or floating tensor of at most 4 dims, got "
+                           f"{bias.dtype} of {bias.dim()} dims")
+    shape = _as_4d(query)[0][:3] + (key.shape[-2],)
+    try:
+        broadcast = broadcast_shape(tuple(bias.shape), shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != shape:
+        raise RuntimeError(f"{op}: attn_bias of shape {list(bias.shape)} does not broadcast to the scores' "
+                           f"shape {list(shape)}")
+    return device_ref(bias, shape, broadcast_strides(bias, shape))
+
+
+def _check_fused(op: str, query, key, value) -> None:
+    if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+        raise RuntimeError(f"{op}: query, key and value must all be 3-d (H, L, E) or 4-d (B, H, L, E), got "
+                           f"{query.dim()}, {key.dim()} and {value.dim()} dims")
+    if query.dtype not in _FUSED_DTYPES:
+        raise unsupported_dtype(op, query.dtype, _FUSED_DTYPES)
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise RuntimeError(f"{op}: Expected query, key, and value to have the same dtype, but got "
+                           f"query.dtype: {query.dtype} key.dtype: {key.dtype} and value.dtype: {value.dtype} "
+                           "instead.")
+    heads, kv_heads = query.shape[-3], key.shape[-3]
+    if query.shape[:-3] != key.shape[:-3] or key.shape[:-1] != value.shape[:-1] \
+            or key.shape[-1] != query.shape[-1] or kv_heads == 0 or heads % kv_heads:
+        raise RuntimeError(f"{op}: shapes query {list(query.shape)}, key {list(key.shape)}, value "
+                           f"{list(value.shape)} do not form an attention (same batch, key and value of one "
+                           "length, query heads a multiple of key/value heads, query and key of one head dim)")
+
+
+def _scale(query, scale) -> float:
+    return 1.0 / math.sqrt(query.shape[-1]) if scale is None else float(scale)
+
+
+def _check_dropout(dropout_p) -> float:
+    p = float(dropout_p)
+    if not 0.0 <= p <= 1.0:
+        raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {p}")
+    return p
+
+
+def _like_query(query, shape):
+    """The output's layout follows the query's (the meta function's alloc_with_matching_layout)."""
+    if tuple(shape) == tuple(query.shape):
+        return torch.empty_like(query)
+    order = sorted(range(query.dim()), key=lambda d: query.stride()[d], reverse=True)
+    strides, stride = [0] * query.dim(), 1
+    for d in reversed(order):
+        strides[d] = stride
+        stride *= shape[d]
+    return torch.empty_strided(shape, strides, dtype=query.dtype, device=query.device)
+
+
+def _philox_tensor(value: int):
+    """A Philox seed or offset as the int64 scalar the schema returns (two's complement)."""
+    value &= (1 << 64) - 1
+    return torch.tensor(value - (1 << 64) if value >= 1 << 63 else value, dtype=torch.int64)
+
+
+def scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias=None, dropout_p=0.0,
+                                                    is_causal=False, return_debug_mask=False, *, scale=None):
+    """softmax(scale * Q K^T + bias) V in one device kernel (see emulator/kernels/attention.pyx).
+    Returns CPU flash attention's tuple: output, logsumexp (float32, (B, Hq, Lq)), cum_seq_q/k
+    (undefined: no nested tensors), max_q, max_k, philox seed and offset (int64 scalars on the host:
+    the dropout mask's stream position; zeros without dropout), debug_attn_mask (undefined)."""
+    device = common_device(_SDPA, *(t for t in (query, key, value, attn_bias) if t is not None))
+    _reject_nested("_scaled_dot_product_fused_attention_overrideable", query, key, value, attn_bias)
+    _check_fused(_SDPA, query, key, value)
+    p = _check_dropout(dropout_p)
+    bias = _bias_ref(_SDPA, attn_bias, query, key)
+    if return_debug_mask:
+        raise NotImplementedError(f"{_SDPA}: return_debug_mask=True is not supported on emu (the fused kernel "
+                                  "never forms the attention matrix)")
+    shape4 = _as_4d(query)[0]
+    batch, heads, lq = shape4[:3]
+    lk, dv = key.shape[-2], value.shape[-1]
+    out = _like_query(query, (*query.shape[:-1], dv))
+    lse = torch.empty((batch, heads, lq), dtype=torch.float32, device=query.device)
+    seed = offset = 0
+    if p > 0.0:
+        words = -(-batch * heads * lq * lk // 4) * 4
+        seed, offset = _C._philox_reserve(_C._default_generator(device), words)
+    rt().launch("attention", (_ref4(out), device_ref(lse), _ref4(query), _ref4(key), _ref4(value), bias,
+                              _scale(query, scale), bool(is_causal), p, seed, offset), current_stream(device))
+    return out, lse, None, None, lq, lk, _philox_tensor(seed), _philox_tensor(offset), None
+
+
+def scaled_dot_product_fused_attention_overrideable_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
+                                                             out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+                                                             dropout_p, is_causal, philox_seed, philox_offset, *,
+                                                             scale=None):
+    """FlashAttention-2's backward from the saved logsumexp, in one device kernel; the dropout mask is
+    the forward's (the same Philox seed and offset). grad_attn_bias is summed over the bias's
+    broadcast dims (float32 accumulation, float64 for float64)."""
+    op = _SDPA + "_backward"
+    device = common_device(op, *(t for t in (grad_out, query, key, value, attn_bias, out, logsumexp)
+                                 if t is not None))
+    _check_fused(op, query, key, value)
+    p = _check_dropout(dropout_p)
+    bias = _bias_ref(op, attn_bias, query, key)
+    want_q, want_k, want_v, want_bias = (bool(x) for x in grad_input_mask)
+    want_bias = want_bias and attn_bias is not None
+    grads = [torch.empty_like(t) if want else None for t, want in ((query, want_q), (key, want_k), (value, want_v))]
+    dbias = None
+    if want_bias:
+        accumulate = torch.float64 if query.dtype == torch.float64 else torch.float32
+        dbias = torch.zeros(attn_bias.shape, dtype=accumulate, device=query.device)
+    if any(g is not None for g in grads) or dbias is not None:
+        seed = int(philox_seed) if p > 0.0 else 0
+        offset = int(philox_offset) if p > 0.0 else 0
+        dbias_ref = None if dbias is None else device_ref(dbias, bias.shape, broadcast_strides(dbias, bias.shape))
+        rt().launch("attention_backward", (*(None if g is None else _ref4(g) for g in grads), dbias_ref,
+                                           _ref4(grad_out), _ref4(query), _ref4(key), _ref4(value), _ref4(out),
+                                           device_ref(logsumexp), bias, _scale(query, scale), bool(is_causal), p,
+                                           seed, offset), current_stream(device))
+    grad_bias = None if dbias is None else dbias.to(attn_bias.dtype)
+    return (*grads, grad_bias)

@@ -830,6 +830,11 @@ def native_kernels() -> dict:
         "_transformer_encoder_layer_fwd": attention.transformer_encoder_layer_fwd,
         "_nested_tensor_from_mask_left_aligned": attention.nested_tensor_from_mask_left_aligned,
         "_nested_tensor_from_mask": attention.nested_tensor_from_mask,
+        # -- F.scaled_dot_product_attention's fused path (ops/attention.py, attention.pyx)
+        "_fused_sdp_choice": attention.fused_sdp_choice,
+        "_scaled_dot_product_fused_attention_overrideable": attention.scaled_dot_product_fused_attention_overrideable,
+        "_scaled_dot_product_fused_attention_overrideable_backward":
+            attention.scaled_dot_product_fused_attention_overrideable_backward,
         # -- foreach, fused optimizers, AMP (ops/foreach.py, ops/amp.py)
         **foreach.kernels(),  # the _foreach_* table and _fused_adam_/_fused_adamw_/_fused_sgd_
         "_amp_foreach_non_finite_check_and_unscale_": amp.amp_foreach_non_finite_check_and_unscale_,
