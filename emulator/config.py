@@ -196,6 +196,26 @@ class ScratchpadConfig(_Validated):
 
 
 @dataclass(frozen=True)
+class CacheConfig(_Validated):
+    """The on-chip cache between HBM and the cores' scratchpads (an L2), shared by all cores
+    (emulator/memory.py: what it holds and how traffic crosses it)."""
+    capacity_bytes: int = param(32 * MiB, "B", "capacity of the device's shared on-chip cache; operands whose "
+                                               "working set fits are read from HBM once", minimum=0)
+    bandwidth_bytes_per_cycle: int = param(4096, "B/cycle", "cache-to-cores bandwidth of the whole device "
+                                                            "(all slices together)", minimum=1)
+    line_bytes: int = param(128, "B", "cache line: the unit a strided sweep must keep resident to reuse its "
+                                      "neighbours", minimum=1)
+    sector_bytes: int = param(32, "B", "HBM access granularity (the cache's sector): the least an access of "
+                                       "one element moves", minimum=1)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.line_bytes % self.sector_bytes:
+            raise ConfigError("line_bytes", f"must be a multiple of sector_bytes ({self.sector_bytes} B), "
+                                            f"got {self.line_bytes}")
+
+
+@dataclass(frozen=True)
 class CommandProcessorConfig(_Validated):
     ring_entries: int = param(1024, "commands", "entries of each submission ring", minimum=2)
     decode_ns: float = param(100.0, "ns", "command fetch and decode time", minimum=0.0)
@@ -229,6 +249,7 @@ class DeviceConfig(_Validated):
     matrix_engine: MatrixEngineConfig = field(default_factory=MatrixEngineConfig)
     vector_engine: VectorEngineConfig = field(default_factory=VectorEngineConfig)
     scratchpad: ScratchpadConfig = field(default_factory=ScratchpadConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     command_processor: CommandProcessorConfig = field(default_factory=CommandProcessorConfig)
     mmu: MmuConfig = field(default_factory=MmuConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)

@@ -35,6 +35,7 @@ from emulator.errors import EmulatorBug, FaultRecord, HardwareFault, InjectedFau
 from emulator.faults import COPY_HOST, COPY_LOCAL, COPY_PEER, FILL, LAUNCH, FaultInjector
 from emulator.kernels import dtypes
 from emulator.kernels.library import KERNELS, Operand
+from emulator.memory import alias_key
 from firmware import abi
 from firmware.image import FirmwareImage
 from firmware.lru import LRUCache
@@ -800,10 +801,11 @@ class FirmwareInstance:
         unit = kernel.engine + "_engine"
         operands = self._resolve_args(args, unit)
         device = self.device
-        # The cost depends on the operands' types, shapes and strides, not on their addresses: a
-        # launch decoded again (new buffers, or page tables changed) reuses it.
+        # The cost depends on the operands' types, shapes and strides, and of their addresses only
+        # on which overlap (aliased operands are read once, emulator/memory.py): a launch decoded
+        # again (new buffers, or page tables changed) reuses it.
         cost_key = (name, *[(o.dtype, o.shape, o.strides) if type(o) is Operand else (type(o), o)
-                             for o in operands])
+                             for o in operands], alias_key(operands))
         cost = self._costs.get(cost_key)
         if cost is None:
             cost = kernel.cost(device, *operands)

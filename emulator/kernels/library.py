@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Callable, NamedTuple
 
+from emulator import memory
 from emulator.errors import KernelArgumentError
 from emulator.kernels import dtypes
 from emulator.tiles import Work, simulate_tiles
@@ -57,6 +58,7 @@ class Cost(NamedTuple):
     cores: int = 1        # cores it ran on
     tiling: str = ""      # human-readable work split
     engines: tuple = ()   # lane names it occupies
+    cache_bytes: int = 0  # bytes the on-chip cache delivered to the cores (emulator/memory.py)
 
 
 @dataclass(frozen=True)
@@ -78,15 +80,18 @@ def _module(name: str):
     return module
 
 
-def _roofline(device, work: Work, nbytes: int, flops: int, store_bytes: int | None = None) -> Cost:
+def _roofline(device, work: Work, nbytes: int, flops: int, store_bytes: int | None = None,
+              cache_bytes: int | None = None) -> Cost:
     """The kernel's cost from its engine work and its HBM traffic (``store_bytes`` of it written;
-    unknown: a third, as for a binary elementwise op)."""
+    unknown: a third, as for a binary elementwise op) and the bytes the on-chip cache delivers to
+    the cores (``cache_bytes``; unknown: the HBM bytes, each crossing the cache once)."""
     pad = device.config.scratchpad
     hbm = device.hbm
     compute = work.ns
+    cached = nbytes if cache_bytes is None else cache_bytes
     # The engines read their operands from, and write results to, the scratchpad: its bandwidth
     # bounds the compute side (it matters when operands are resident, or HBM is very fast).
-    sram = nbytes / (work.cores * pad.bandwidth_bytes_per_cycle * device.config.clock_ghz)
+    sram = cached / (work.cores * pad.bandwidth_bytes_per_cycle * device.config.clock_ghz)
     sram_bound = sram > compute
     if sram_bound:
         tiles = work.tiles_per_core
@@ -95,11 +100,16 @@ def _roofline(device, work: Work, nbytes: int, flops: int, store_bytes: int | No
     if pad.operands_resident or not nbytes:
         stream = latency = 0.0
     else:
+        # The stream is HBM's, or the cache's where it delivers more bytes than its bandwidth
+        # moves in that time (re-read tiles, a sector per strided element).
         stream, latency = nbytes / hbm.bytes_per_ns, hbm.config.latency_ns
+        cache = cached / (device.config.cache.bandwidth_bytes_per_cycle * device.config.clock_ghz)
+        stream = cache if cache > stream else stream
     store = nbytes // 3 if store_bytes is None else min(store_bytes, nbytes)
     if device.fidelity == "tile":
         moved = 0 if pad.operands_resident else nbytes
-        ns = simulate_tiles(work, moved - store if moved else 0, store if moved else 0, hbm.bytes_per_ns,
+        rate = nbytes / stream if stream else hbm.bytes_per_ns
+        ns = simulate_tiles(work, moved - store if moved else 0, store if moved else 0, rate,
                             latency, pad.double_buffering, pad.bytes_per_core)
     elif pad.double_buffering:
         # A pipeline over the cores' tiles: compute waits for the first wave of tiles (latency + one
@@ -119,16 +129,17 @@ def _roofline(device, work: Work, nbytes: int, flops: int, store_bytes: int | No
     else:
         bound = "memory" if sram_bound else "compute"   # scratchpad bandwidth is a memory term
     engines = work.lanes + (hbm.lane,) if stream else work.lanes
-    return Cost(ns, nbytes, flops, bound, round(ns * device.config.clock_ghz), work.cores, work.tiling, engines)
+    return Cost(ns, nbytes, flops, bound, round(ns * device.config.clock_ghz), work.cores, work.tiling, engines,
+                cached)
 
 
 def _vector_cost(cycles_per_group: float, flops_per_element: int = 1):
     def cost(device, *args):
         operands = [a for a in args if isinstance(a, Operand)]
         out = operands[0]
-        moved = sum(o.nbytes for o in operands)
+        traffic = memory.elementwise(device, out, operands[1:])
         return _roofline(device, device.vector_engine.elementwise(out.numel, cycles_per_group, out.dtype),
-                         moved, out.numel * flops_per_element, out.nbytes)
+                         traffic.hbm, out.numel * flops_per_element, traffic.store, traffic.cache)
     return cost
 
 
@@ -232,11 +243,10 @@ def _pointwise_run(arity: int):
 
 def _pointwise_cost(arity: int):
     def cost(device, op, out, *rest):
-        operands = [out] + [x for x in rest[:arity] if type(x) is Operand]
-        moved = sum(o.nbytes for o in operands)
+        traffic = memory.elementwise(device, out, [x for x in rest[:arity] if type(x) is Operand])
         cycles = pointwise_cycles(op)
-        return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), moved,
-                         out.numel * max(1, int(cycles)), out.nbytes)
+        return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), traffic.hbm,
+                         out.numel * max(1, int(cycles)), traffic.store, traffic.cache)
     return cost
 
 
@@ -280,8 +290,9 @@ def _matmul(out: Operand, a: Operand, b: Operand, c: Operand | None, beta: float
 def _matmul_cost(device, out, a, b, c, beta, alpha):
     M, K = a.shape
     N = b.shape[1]
-    moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0)
-    return _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype), moved, 2 * M * N * K, out.nbytes)
+    traffic = memory.gemm(device, M, N, K, a, b, out, c)
+    return _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype), traffic.hbm, 2 * M * N * K,
+                     traffic.store, traffic.cache)
 
 
 def _uniform(out: Operand, seed: int, offset: int, low: float, high: float):
@@ -393,9 +404,9 @@ def _addbmm(out: Operand, a: Operand, b: Operand, c: Operand | None, beta, alpha
 def _bmm_cost(device, out, a, b, c, beta, alpha):
     batch, M, K = a.shape
     N = b.shape[2]
-    moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0)
-    return _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype, batch, what="bmm"), moved,
-                     2 * batch * M * N * K, out.nbytes)
+    traffic = memory.gemm(device, M, N, K, a, b, out, c, batch)
+    return _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype, batch, what="bmm"), traffic.hbm,
+                     2 * batch * M * N * K, traffic.store, traffic.cache)
 
 
 def _addr(out: Operand, c: Operand | None, v1: Operand, v2: Operand, beta, alpha, compute_dtype: int):
@@ -637,22 +648,32 @@ def _index_scatter(table: Operand, values, reduce: int, alpha, include_self: boo
                                       include_self, allow_negative, message)
 
 
-def _indexed_cost(device, table: Operand, nidx: int, rest):
+def _indexed_cost(device, table: Operand, nidx: int, rest, other: int, rmw: bool):
     # Per iterated element (the index operands' shape): its index values are read, one table
-    # element is read (or read-modified-written) and one element of the other side moves; a few
-    # vector cycles go to address generation. The table is not streamed whole.
-    indices = [a for a in rest if isinstance(a, Operand)][-nidx:]
-    n = indices[0].numel
-    moved = 2 * n * dtypes.ITEMSIZE[table.dtype] + sum(o.nbytes for o in indices)
-    return _roofline(device, device.vector_engine.elementwise(n, 3.0), moved, n)
+    # element is touched, by sectors (emulator/memory.py: a gathered row moves its sectors, a
+    # scattered element one), and ``other`` bytes of the other side (out, values) stream; a
+    # reducing scatter reads its sectors and writes them back. A few vector cycles go to address
+    # generation. The table is not streamed whole.
+    shape = rest[len(rest) - 2 * nidx].shape
+    iter_strides = rest[:len(shape)]
+    pairs = rest[len(shape):]
+    indices = [pairs[2 * k] for k in range(nidx)]
+    n = prod(shape)
+    hbm, cached = memory.gathered(device, table, shape, iter_strides, [i.strides for i in indices],
+                                  [pairs[2 * k + 1] for k in range(nidx)])
+    side = sum(o.nbytes for o in indices) + other
+    table_moves = 2 if rmw else 1
+    return _roofline(device, device.vector_engine.elementwise(n, 3.0), table_moves * hbm + side, n, None,
+                     table_moves * cached + side)
 
 
 def _index_gather_cost(device, out, table, allow_negative, message, nidx, *rest):
-    return _indexed_cost(device, table, nidx, rest)
+    return _indexed_cost(device, table, nidx, rest, out.nbytes, False)
 
 
 def _index_scatter_cost(device, table, values, reduce, alpha, include_self, allow_negative, message, nidx, *rest):
-    return _indexed_cost(device, table, nidx, rest)
+    other = values.nbytes if type(values) is Operand else 0
+    return _indexed_cost(device, table, nidx, rest, other, reduce != 0)
 
 
 def _where(out: Operand, cond: Operand, a, b, compute_dtype: int):
@@ -1371,10 +1392,13 @@ def _embedding_bag(out: Operand, weight: Operand, indices: Operand, bounds: Oper
 
 
 def _embedding_bag_cost(device, out: Operand, weight: Operand, indices: Operand, *rest):
-    # a gather of one weight row per index (only the rows read cross HBM) and one add per element
-    row = weight.shape[1] * dtypes.ITEMSIZE[weight.dtype]
+    # a gather of one weight row per index (only the rows' sectors cross HBM; a weight that fits the
+    # cache at most once) and one add per element
+    rows = memory.rows_gathered(device, weight, indices.numel)
+    if weight.nbytes <= device.config.cache.capacity_bytes:
+        rows = min(rows, memory.footprint(weight, device.config.cache.sector_bytes))
     work = indices.numel * weight.shape[1]
-    moved = out.nbytes + indices.nbytes + indices.numel * row
+    moved = out.nbytes + indices.nbytes + rows
     return _roofline(device, device.vector_engine.elementwise(work, 1.0), moved, work)
 
 
@@ -1564,9 +1588,9 @@ def _fused_pointwise(out: Operand, program: str, *inputs: Operand):
 def _fused_pointwise_cost(device, out: Operand, program: str, *inputs: Operand):
     # ONE pass over HBM: every operand read once (broadcast ones at their real size), out written once.
     _, _, cycles, flops = parse_fused_program(program)
-    moved = out.nbytes + sum(x.nbytes for x in inputs)
-    return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), moved,
-                     out.numel * flops, out.nbytes)
+    traffic = memory.elementwise(device, out, inputs)
+    return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), traffic.hbm,
+                     out.numel * flops, traffic.store, traffic.cache)
 
 
 def _matmul_epilogue(out: Operand, a: Operand, b: Operand, c, beta: float, alpha: float, program: str,
@@ -1583,8 +1607,10 @@ def _matmul_epilogue_cost(device, out, a, b, c, beta, alpha, program: str, view,
     M, K = a.shape
     N = b.shape[1]
     _, _, cycles, flops = parse_fused_program(program)
-    moved = a.nbytes + b.nbytes + out.nbytes + (c.nbytes if c is not None else 0) + sum(x.nbytes for x in inputs)
-    cost = _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype), moved, 2 * M * N * K, out.nbytes)
+    traffic = memory.gemm(device, M, N, K, a, b, out, c)
+    extra = sum(x.nbytes for x in inputs)
+    cost = _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype), traffic.hbm + extra, 2 * M * N * K,
+                     traffic.store, traffic.cache + extra)
     epilogue_ns = device.vector_engine.elementwise(view.numel, cycles, view.dtype).ns
     ns = cost.ns + epilogue_ns
     return cost._replace(ns=ns, flops=cost.flops + view.numel * flops, cycles=round(ns * device.config.clock_ghz))

@@ -52,7 +52,8 @@ def test_fused_cost_is_one_pass_and_beats_the_separate_ops():
     device = CostDevice(load_preset("default").device, fidelity="kernel")
     n = 1 << 16
     F32 = dtypes.FLOAT32
-    op = lambda: library.Operand(1, F32, (n,), (1,))  # noqa: E731
+    slots = iter(range(1, 100))   # distinct addresses: operands at one address are read once
+    op = lambda: library.Operand(next(slots) << 30, F32, (n,), (1,))  # noqa: E731
     chain = library.KERNELS["fused_pointwise"].cost(device, op(), "L0 L1 add C0.5 mul exp", op(), op())
     assert chain.nbytes == 3 * n * 4        # two inputs read once, one output written once
     separate = [library.KERNELS["binary_op"].cost(device, name, op(), op(), op(), F32, F32) for name in ("add", "mul")]
@@ -60,7 +61,7 @@ def test_fused_cost_is_one_pass_and_beats_the_separate_ops():
     assert sum(c.nbytes for c in separate) == 8 * n * 4
     assert chain.ns < sum(c.ns for c in separate)
     # an epilogue adds its vector work to the GEMM, never a second pass over the product
-    a, b, out = (library.Operand(1, F32, (256, 256), (256, 1)) for _ in range(3))
+    a, b, out = (library.Operand(next(slots) << 30, F32, (256, 256), (256, 1)) for _ in range(3))
     plain = library.KERNELS["matmul"].cost(device, out, a, b, None, 0.0, 1.0)
     epilogue = library.KERNELS["matmul_epilogue"].cost(device, out, a, b, None, 0.0, 1.0, "L0 gelu", out)
     assert epilogue.nbytes == plain.nbytes and plain.ns < epilogue.ns

@@ -34,7 +34,17 @@ def op(dtype: int, *shape, strides=None) -> Operand:
             strides.append(step)
             step *= n
         strides = tuple(reversed(strides))
-    return Operand(0, dtype, tuple(shape), tuple(strides))
+    return Operand(_address(), dtype, tuple(shape), tuple(strides))
+
+
+_next = [0]
+
+
+def _address() -> int:
+    """A fresh address per operand (4 TiB apart): distinct operands never alias in the cost model
+    (emulator/memory.py reads operands with the same address range once)."""
+    _next[0] += 1
+    return _next[0] << 42
 
 
 def matmul(dev, M, N, K, dtype=BF16):
@@ -46,8 +56,7 @@ def bmm(dev, B, M, N, K, dtype=BF16):
 
 
 def add(dev, n, dtype=F32):
-    x = op(dtype, n)
-    return KERNELS["binary"].cost(dev, "add", x, x, x, dtype, 1.0)
+    return KERNELS["binary"].cost(dev, "add", op(dtype, n), op(dtype, n), op(dtype, n), dtype, 1.0)
 
 
 def softmax(dev, rows, cols, dtype=F32):
