@@ -33,7 +33,8 @@ class EmulatedDevice:
         self.dma = DmaEngines(env, config.dma, index, config.clock_ghz)
         self.host_link = host_link
         self.interconnect = interconnect
-        self.matrix_engine = MatrixEngine(env, config.matrix_engine, config.clock_ghz, config.cores, index)
+        self.matrix_engine = MatrixEngine(env, config.matrix_engine, config.clock_ghz, config.cores, index,
+                                          config.scratchpad.bytes_per_core)
         self.vector_engine = VectorEngine(env, config.vector_engine, config.clock_ghz, config.cores, index)
         self.command_processor = CommandProcessor(env, config.command_processor, index)
         # The command processor's own work (kernel launch overhead), apart from the engines'.
@@ -59,5 +60,6 @@ class CostDevice:
         self.fidelity = fidelity
         self.hbm = HbmTiming(config.hbm, index)
         self.dma = DmaEngines(None, config.dma, index, config.clock_ghz)
-        self.matrix_engine = MatrixEngine(None, config.matrix_engine, config.clock_ghz, config.cores, index)
+        self.matrix_engine = MatrixEngine(None, config.matrix_engine, config.clock_ghz, config.cores, index,
+                                          config.scratchpad.bytes_per_core)
         self.vector_engine = VectorEngine(None, config.vector_engine, config.clock_ghz, config.cores, index)

@@ -13,10 +13,15 @@ Element types: ``macs_per_cycle`` gives MACs per PE per cycle for the operands' 
 streams the fold's streamed dimension (M for ws, K for os, N for is) r rows per cycle, so fills
 and skews are not sped up. Rate 1.0 is SCALE-Sim's.
 
-Cores: a GEMM is split over a pm x pn grid of cores (M into pm row blocks, N into pn column
-blocks; a batch is first spread over cores), the grid with the fewest cycles on the busiest core
-(ties: fewer cores). Operand traffic is bounded separately by HBM bandwidth (the kernel cost
-model, emulator/kernels/library.py). Left out: SRAM capacity stalls, sparsity, split-K.
+Cores and waves: the output divides into tiles (``tile_shapes``: power-of-two multiples of the
+array whose fp32 accumulators and double-buffered operand slabs fit a core's scratchpad; the
+largest, for operand reuse, unless they would leave cores idle), clamped to the matrix. The tiles
+of every product of a batch are dealt to the cores in waves: the busiest core runs
+ceil(tiles / cores) tiles one after another, and an edge tile costs a full one (its program is the
+tile's, its out-of-range rows and columns masked, as GPU GEMM kernels run), so a shape one past a
+multiple of the tile pays the extra wave and a small GEMM runs on as many cores as it has tiles.
+One core and one tile: SCALE-Sim's cycles exactly. Operand traffic is bounded separately by HBM
+bandwidth (the kernel cost model, emulator/kernels/library.py). Left out: sparsity, split-K.
 """
 from __future__ import annotations
 
@@ -63,17 +68,17 @@ def rate_field(dtype) -> str:
 
 
 class MatrixEngine(TimedEngine):
-    """The matrix engines of a device's cores. They are booked together (a kernel spreads over
-    the cores it uses), so they share one timeline; ``lanes`` names each core's engine."""
+    """The matrix engines of a device's cores (one timeline per core, ``CoreTimelines``);
+    ``lane_names`` names each core's engine."""
 
     def __init__(self, env, config: MatrixEngineConfig, clock_ghz: float, cores: int = 1,
-                 device_index: int = 0):
+                 device_index: int = 0, scratchpad_bytes: int = 1 << 62):
         super().__init__(clock_ghz, cores)
         self.config = config
         self.cores = cores
+        self.scratchpad_bytes = scratchpad_bytes
         self.lane_names = tuple(f"dev{device_index}.core{i}.matrix" for i in range(cores))
-        self._grids = sorted(((pm, pn) for pm in range(1, cores + 1) for pn in range(1, cores // pm + 1)),
-                             key=lambda g: (g[0] * g[1], g))
+        self._shapes: dict = {}   # operand itemsize -> tile shapes that fit a core
 
     def gemm_ns(self, M: int, N: int, K: int) -> float:
         """One array, SCALE-Sim's cycles (the reference formula; kernels use ``gemm``)."""
@@ -83,45 +88,90 @@ class MatrixEngine(TimedEngine):
     def rate(self, dtype) -> float:
         return getattr(self.config.macs_per_cycle, rate_field(dtype))
 
+    def tile_shapes(self, dtype=None) -> tuple:
+        """(largest, all): the output tile shapes (tm, tn) a core can take, power-of-two multiples
+        of its array whose fp32 accumulators and double-buffered operand slabs (``rows`` deep) fit
+        its scratchpad; ``largest`` are those of the largest area (the array itself always fits)."""
+        itemsize = _ITEMSIZE.get(rate_field(dtype), 4)
+        hit = self._shapes.get(itemsize)
+        if hit is not None:
+            return hit
+        R, C = self.config.rows, self.config.cols
+        shapes = [(R, C)]
+        for i in range(MAX_TILE_DOUBLINGS):
+            for j in range(MAX_TILE_DOUBLINGS):
+                tm, tn = R << i, C << j
+                if (i or j) and 4 * tm * tn + 2 * (tm + tn) * R * itemsize <= self.scratchpad_bytes:
+                    shapes.append((tm, tn))
+        area = max(tm * tn for tm, tn in shapes)
+        hit = self._shapes[itemsize] = (tuple(s for s in shapes if s[0] * s[1] == area), tuple(shapes))
+        return hit
+
+    def tile_shape(self, M: int, N: int, dtype=None) -> tuple:
+        """The output tile (tm, tn, clamped to the matrix) ``gemm`` gives each core for M x N."""
+        return self._plan(M, N, 1, dtype)[1]
+
+    def _tile_cycles(self, em, en, K, rate):
+        c = self.config
+        folds, fold, hidden = fold_shape(em, en, K, c.rows, c.cols, c.dataflow, rate, c.weight_double_buffering)
+        return folds * fold - (folds - 1) * hidden, folds, fold, hidden
+
+    def _plan(self, M, N, batch, dtype, K=None):
+        """(cycles of the busiest core + 1, (em, en), tiles, waves, cores used, folds per tile, fold,
+        hidden) of the best tiling: the largest tiles (the most operand reuse per byte loaded), or,
+        when those leave cores idle, any tile shape; a shape on more cores must save 5% of the
+        cycles. Tiles are clamped to the matrix (a small GEMM gets a tile of its own size)."""
+        K = K if K is not None else max(M, N)
+        rate = self.rate(dtype)
+        largest, shapes = self.tile_shapes(dtype)
+        cores = self.cores
+        candidates = []
+        for group in (largest, shapes):
+            for tm, tn in group:
+                em, en = min(tm, M), min(tn, N)
+                tiles = batch * -(-M // em) * -(-N // en)
+                candidates.append((min(tiles, cores), -em * en, em, en, tiles))
+            if min(c[4] for c in candidates) >= cores:
+                break   # the largest tiles already give every core a tile
+        best = None
+        for used, _, em, en, tiles in sorted(set(candidates)):
+            waves = -(-tiles // cores)
+            per_tile, folds, fold, hidden = self._tile_cycles(em, en, K, rate)
+            cycles = waves * per_tile
+            if best is None or cycles < best[0] * (0.95 if used > best[4] else 1.0):
+                best = (cycles, (em, en), tiles, waves, used, folds, fold, hidden)
+        return best
+
     def gemm(self, M: int, N: int, K: int, dtype=None, batch: int = 1, efficiency: float = 1.0,
              what: str = "gemm") -> Work:
-        """Work of ``batch`` M x K @ K x N products spread over the cores."""
+        """Work of ``batch`` M x K @ K x N products: output tiles (``tile_shapes``) dealt to the
+        cores in waves; the busiest core runs ``waves`` tiles one after another."""
         c = self.config
         R, C = c.rows, c.cols
         if min(M, N, K, batch) <= 0:
             return Work(0.0, 0, 1, f"{what} (empty)", self.lane_names[:1], 1, 0.0, 0.0, "matrix")
         rate = self.rate(dtype)
-        db = c.weight_double_buffering
-        pb = min(batch, self.cores)
-        per_batch_cores = self.cores // pb
-        rounds = ceil(batch / pb)
-        best = None
-        for pm, pn in self._grids:
-            if pm * pn > per_batch_cores:
-                break
-            if pm > M:
-                continue
-            Mc, Nc = ceil(M / pm), ceil(N / pn)
-            if pm > 1 and (pm - 1) * Mc >= M or pn > 1 and (pn - 1) * Nc >= N:
-                continue  # an idle core: that grid is really a smaller one
-            folds, fold, hidden = fold_shape(Mc, Nc, K, R, C, c.dataflow, rate, db)
-            cycles = rounds * (folds * fold - (folds - 1) * hidden) - 1
-            # More cores must pay for themselves (5% fewer cycles), or the smaller grid stays.
-            if best is None or cycles < best[0][0] * (0.95 if pm * pn > best[0][1] else 1.0):
-                best = ((cycles, pm * pn), pm, pn, folds, fold, hidden)
-        (cycles, used), pm, pn, folds, fold, hidden = best
-        cores = used * pb
-        per_core_folds = rounds * folds
-        tiles = coarsen(per_core_folds)
+        busiest, (em, en), tiles, waves, cores, folds, fold, hidden = self._plan(M, N, batch, dtype, K)
+        cycles = busiest - 1
+        per_core_folds = waves * folds
         if c.efficiency != 1.0 or efficiency != 1.0:
             efficiency *= c.efficiency
             cycles = ceil(cycles / efficiency)
         ns = cycles / self.clock_ghz
         fill = hidden / (self.clock_ghz * efficiency)
-        tile_ns = (ns - fill) / tiles
-        streamed = {"ws": ceil(ceil(M / pm) / rate), "os": ceil(K / rate), "is": ceil(ceil(N / pn) / rate)}[c.dataflow]
-        fixed = rounds * folds * max(0, fold - streamed) / (self.clock_ghz * efficiency)
-        grid = f"{pb} batch x {pm}x{pn}" if pb > 1 else f"{pm}x{pn}"
-        tiling = (f"{what} {grid} cores, {R}x{C} tiles ({c.dataflow}), "
-                  f"{per_core_folds * cores} tiles")
-        return Work(ns, cycles, cores, tiling, self.lane_names[:cores], tiles, tile_ns, fill, "matrix", fixed)
+        coarse = coarsen(per_core_folds)
+        tile_ns = (ns - fill) / coarse
+        streamed = {"ws": ceil(em / rate), "os": ceil(K / rate), "is": ceil(en / rate)}[c.dataflow]
+        fixed = per_core_folds * max(0, fold - streamed) / (self.clock_ghz * efficiency)
+        tiling = (f"{what} {tiles} tiles of {em}x{en} in {waves} waves on {cores} cores, "
+                  f"{R}x{C} arrays ({c.dataflow}), {per_core_folds * cores} folds")
+        # The tile fidelity deals the tiles themselves: ``tiles`` equal tiles (an edge tile is a full
+        # tile's program with its out-of-range rows and columns masked, as GPU GEMM kernels run it).
+        runs = ((tiles, (ns - fill) / waves, folds),)
+        return Work(ns, cycles, cores, tiling, self.lane_names[:cores], coarse, tile_ns, fill, "matrix", fixed,
+                    runs)
+
+
+MAX_TILE_DOUBLINGS = 8   # tiles up to 256 arrays along each side
+_ITEMSIZE = {"int8": 1, "int32": 4, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+

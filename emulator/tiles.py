@@ -9,8 +9,9 @@ kernel cost (emulator/kernels/library.py) combines it with the kernel's HBM traf
   stream + compute / T)`` when the kernel double-buffers through the scratchpad (compute waits
   for the first wave of tiles; a stream hides the later loads' latency but not the last tile's
   compute), ``latency + compute + stream`` when it does not; stream = bytes / sustained bandwidth;
-- tile fidelity, ``simulate_tiles``: every tile of every core is three events on the engines it
-  uses: its operand load (the core's DMA queue, served by the shared HBM in the order requests
+- tile fidelity, ``simulate_tiles``: a GEMM's own output tiles (``Work.tile_runs``) are dealt to
+  the cores in waves, so a partial last wave runs on some cores only (with HBM to themselves);
+  every piece of every tile is three events on the engines it uses: its operand load (the core's DMA queue, served by the shared HBM in the order requests
   become ready, arriving ``latency`` later), its compute on the core's engine, and its result
   store (posted). With double buffering a core loads ahead while it computes (as many tile
   buffers as cover the latency, at least two, at most what its scratchpad holds); without, one
@@ -43,6 +44,9 @@ class Work(NamedTuple):
     fill_ns: float         # pipeline fill paid once per core before its first tile
     unit: str              # "matrix" | "vector"
     fixed_ns: float = 0.0  # the part of ns that does not grow with the data (fills, skews, drains)
+    tile_runs: tuple = ()  # ((count, compute ns, steps), ...): the kernel's own tiles, dealt to the
+                           # cores in waves (tile fidelity), each streamed in ``steps`` pieces;
+                           # () = tiles_per_core equal tiles per core
 
 
 def coarsen(units: int) -> int:
@@ -60,56 +64,81 @@ def simulate_tiles(work: Work, load_bytes: float, store_bytes: float, bytes_per_
     load's arrival, not the server); stores are posted. With double buffering a core keeps as
     many loads in flight as cover the latency (at least two tile buffers, at most what its
     ``sram_bytes`` scratchpad holds); without, one tile at a time.
+
+    Tiles: with ``work.tile_runs`` (a GEMM's output tiles) the kernel's own tiles are dealt to
+    the cores in waves, so in a partial last wave only some cores load, compute and store (the
+    others are idle and leave HBM to them); otherwise every core has ``tiles_per_core`` equal
+    tiles. A core with more than ``MAX_TILES_PER_CORE`` tiles runs them in that many coarser ones.
     """
-    cores, tiles = max(1, work.cores), work.tiles_per_core
-    n = cores * tiles
-    load_ns = load_bytes / n / bytes_per_ns if bytes_per_ns > 0 else 0.0
-    store_ns = store_bytes / n / bytes_per_ns if bytes_per_ns > 0 else 0.0
-    tile_ns, fill_ns = work.tile_ns, work.fill_ns
-    if load_ns == 0.0 and store_ns == 0.0:
-        return fill_ns + tiles * tile_ns   # operands resident: the cores compute back to back
-    if double_buffering:
-        tile_bytes = (load_bytes + store_bytes) / n
-        fit = int(sram_bytes // tile_bytes) if tile_bytes else tiles
-        buffers = max(2, min(fit, 1 + ceil((latency_ns + load_ns) / tile_ns) if tile_ns > 0 else tiles))
+    cores = max(1, work.cores)
+    if work.tile_runs:
+        total = sum(run[0] for run in work.tile_runs)
+        work_ns = sum(run[0] * run[1] for run in work.tile_runs)
+        steps = max(1, min(run[2] for run in work.tile_runs))   # a tile's own pipelined steps (folds)
+        waves, extra = divmod(total, cores)
+        # Core c takes tiles c, c + cores, ...: the first ``extra`` cores one more than the rest.
+        per_core = [waves + (1 if c < extra else 0) for c in range(cores)]
+        per_core = [n for n in per_core if n]
+        unit_ns = work_ns / total
+        # Within a tile its operand slabs stream in steps (double-buffered): n tiles are n x steps
+        # pieces of load, compute and store, coarsened.
+        counts = [min(n * steps, MAX_TILES_PER_CORE) for n in per_core]
+        tile_ns = [unit_ns * n / m for n, m in zip(per_core, counts)]
+        shares = [n / total for n in per_core]
+        fill_ns = work.fill_ns
     else:
-        buffers = 1
-    # Per core: compute_end[i], store_end[i]; loads wait for a free tile buffer.
-    compute_end = [[0.0] * tiles for _ in range(cores)]
-    store_end = [[0.0] * tiles for _ in range(cores)]
-    next_load = [0] * cores
+        counts = [work.tiles_per_core] * cores
+        tile_ns = [work.tile_ns] * cores
+        shares = [1.0 / cores] * cores
+        fill_ns = work.fill_ns
+    cores = len(counts)
+    if bytes_per_ns <= 0 or (load_bytes == 0.0 and store_bytes == 0.0):
+        # operands resident: the cores compute back to back
+        return max(fill_ns + n * t for n, t in zip(counts, tile_ns))
+    load_ns = [load_bytes * share / n / bytes_per_ns for share, n in zip(shares, counts)]
+    store_ns = [store_bytes * share / n / bytes_per_ns for share, n in zip(shares, counts)]
+    buffers = []
+    for c in range(cores):
+        if double_buffering:
+            tile_bytes = (load_ns[c] + store_ns[c]) * bytes_per_ns
+            fit = int(sram_bytes // tile_bytes) if tile_bytes else counts[c]
+            t = tile_ns[c]
+            buffers.append(max(2, min(fit, 1 + ceil((latency_ns + load_ns[c]) / t) if t > 0 else counts[c])))
+        else:
+            buffers.append(1)
+    # Per core: compute_end[i]; loads wait for a free tile buffer.
+    compute_end = [[0.0] * n for n in counts]
     hbm_free = 0.0
     # Events: (ready time, order, kind, core, tile); kind 0 = load request, 1 = store request.
     events = []
     order = 0
-    first = min(buffers, tiles)
-    for i in range(first):          # every core asks for its first tiles at once, round robin
+    for i in range(max(min(b, n) for b, n in zip(buffers, counts))):  # first tiles at once, round robin
         for c in range(cores):
-            events.append((0.0, order, 0, c, i))
-            order += 1
-    next_load = [first] * cores
+            if i < min(buffers[c], counts[c]):
+                events.append((0.0, order, 0, c, i))
+                order += 1
+    next_load = [min(b, n) for b, n in zip(buffers, counts)]
     heapq.heapify(events)
     end = 0.0
     while events:
         ready, _, kind, c, i = heapq.heappop(events)
         start = ready if ready > hbm_free else hbm_free
-        hbm_free = start + (load_ns if kind == 0 else store_ns)
+        hbm_free = start + (load_ns[c] if kind == 0 else store_ns[c])
         done = hbm_free + latency_ns if kind == 0 else hbm_free
         if kind == 0:
             # Compute tile i once loaded and once tile i-1's compute is done (fill before tile 0).
             prev = compute_end[c][i - 1] if i else fill_ns
             begin = done if done > prev else prev
-            finish = compute_end[c][i] = begin + tile_ns
+            finish = compute_end[c][i] = begin + tile_ns[c]
             heapq.heappush(events, (finish, order, 1, c, i))
             order += 1
         else:
-            store_end[c][i] = done
             if done > end:
                 end = done
             # Tile i's buffer is free once its result is stored: the next load may start.
             j = next_load[c]
-            if j < tiles:
+            if j < counts[c]:
                 next_load[c] = j + 1
-                heapq.heappush(events, (done if buffers == 1 else compute_end[c][i], order, 0, c, j))
+                heapq.heappush(events, (done if buffers[c] == 1 else compute_end[c][i], order, 0, c, j))
                 order += 1
     return end
