@@ -180,3 +180,22 @@ def test_small_kernels_use_few_cores():
     lanes = dev.config.vector_engine.lanes
     assert add(dev, 3 * lanes).cores == 3
     assert add(dev, 1 << 24).cores == dev.config.cores
+
+
+def test_tile_fidelity_shows_the_tail_wave_the_kernel_formula_hides():
+    # Two full waves of memory-bound 64 x 512 tiles, then the same plus one tile: a third wave of
+    # one tile. The kernel formula overlaps that tile's compute with the stream of the whole
+    # kernel; at tile fidelity it computes after its operands arrive, behind the full waves'
+    # loads, so the extra tile costs most of its compute time there (measured: 0.74 of it, the
+    # kernel formula 0.05; docs/hardware.md, "Two fidelities").
+    kernel, tile = device("h200", "kernel"), device("h200", "tile")
+    rows = lambda waves_of_tiles: 64 * waves_of_tiles
+    cores = kernel.config.cores
+    full, past = rows(2 * cores), rows(2 * cores + 1)
+    work = kernel.matrix_engine.gemm(past, 512, 64, BF16)
+    assert "3 waves" in work.tiling and "64x512" in work.tiling
+    per_tile = work.ns / 3
+    kernel_delta = matmul(kernel, past, 512, 64).ns - matmul(kernel, full, 512, 64).ns
+    tile_delta = matmul(tile, past, 512, 64).ns - matmul(tile, full, 512, 64).ns
+    assert kernel_delta < 0.2 * per_tile
+    assert tile_delta > 0.6 * per_tile
