@@ -404,10 +404,9 @@ def test_linear_forward_backward_native(stats, shape):
 
 @pytest.mark.parametrize("variant", ["plain", "causal", "bool_mask", "float_mask"])
 def test_scaled_dot_product_attention_math_path(stats, variant):
-    # On PrivateUse1, without a registered _scaled_dot_product_fused_attention_overrideable, SDPA
-    # takes the math path: bmm, _softmax, mul, add... all native.
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key(
-        "aten::_scaled_dot_product_fused_attention_overrideable", "PrivateUse1")
+    # SDPA's math path, chosen with sdpa_kernel(MATH) (the default on emu is the fused kernel,
+    # test_fused_attention.py): bmm, _softmax, mul, add... all native.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     q, k, v = (rand((2, 3, 6, 8), seed=i).requires_grad_(True) for i in range(3))
     kwargs = {"causal": dict(is_causal=True), "plain": {},
               "bool_mask": dict(attn_mask=torch.ones(6, 6, dtype=torch.bool).tril()),
@@ -418,7 +417,8 @@ def test_scaled_dot_product_attention_math_path(stats, variant):
     ekw = {n: (emu(t) if isinstance(t, torch.Tensor) else t) for n, t in kwargs.items()}
     torch.emu.set_host_fallback(False)
     try:
-        got = F.scaled_dot_product_attention(*dev, **ekw)
+        with sdpa_kernel(SDPBackend.MATH):
+            got = F.scaled_dot_product_attention(*dev, **ekw)
         got.sum().backward()
     finally:
         torch.emu.set_host_fallback(True)

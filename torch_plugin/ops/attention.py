@@ -444,6 +444,8 @@ def scaled_dot_product_fused_attention_overrideable_backward(grad_out, query, ke
     the forward's (the same Philox seed and offset). grad_attn_bias is summed over the bias's
     broadcast dims (float32 accumulation, float64 for float64)."""
     op = _SDPA + "_backward"
+    if grad_out is None:                    # an undefined output gradient: undefined input gradients
+        return None, None, None, None
     device = common_device(op, *(t for t in (grad_out, query, key, value, attn_bias, out, logsumexp)
                                  if t is not None))
     _check_fused(op, query, key, value)
