@@ -144,8 +144,8 @@ def test_every_transport_call_returns_plain_values(monkeypatch):
     real = driver_module.Platform
 
     class CheckedPlatform(_Checked):
-        def __init__(self, config):
-            inner = real(config)
+        def __init__(self, config, mode="functional"):
+            inner = real(config, mode=mode)
             super().__init__(inner, calls)
             self.devices = [_Checked(d, calls) for d in inner.devices]
 
