@@ -254,7 +254,11 @@ def main(argv=None) -> int:
     dtype = getattr(torch, dtype_name)
     if runtime.is_initialized() and not torch.emu.is_projection_mode():
         raise SystemExit("the emu device was powered on in functional mode before the projection started")
-    model, spec = build_model(args, dtype)
+    try:
+        model, spec = build_model(args, dtype)
+    except torch.OutOfMemoryError as err:
+        print(f"{args.model} ({dtype_name}) does not fit one device of this preset: {err}", file=sys.stderr)
+        return 2
     rt = runtime.get_runtime()
     parameters = sum(p.numel() for p in model.parameters())
     free, capacity = torch.emu.mem_get_info()

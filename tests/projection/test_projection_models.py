@@ -84,3 +84,5 @@ def test_cli_projects_a_zoo_model_and_names_bad_arguments(tmp_path):
     assert result["forward_s"] > 0 and result["train_step_s"] > result["forward_s"]
     bad = _cli("--model", "not-a-model-type")
     assert bad.returncode != 0 and "not-a-model-type" in bad.stderr
+    too_big = _cli("--model", "llama-3-70b", "--preset", "h200", "--prefill", "8", "--no-progress")
+    assert too_big.returncode == 2 and "does not fit" in too_big.stderr and "out of memory" in too_big.stderr
