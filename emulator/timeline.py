@@ -82,12 +82,12 @@ class CoreTimelines:
         if self.all_free_at <= now:
             return now, None
         free = self.free
+        idle = [i for i, at in enumerate(free) if at <= now]
+        if len(idle) >= k:   # enough cores free already: the lowest-numbered ones
+            return now, idle[:k]
         chosen = sorted(range(self.cores), key=free.__getitem__)[:k]
-        start = free[chosen[-1]]
-        if start < now:
-            start = now
         chosen.sort()
-        return start, chosen
+        return free[max(chosen, key=free.__getitem__)], chosen
 
     def hold(self, chosen, k: int, start: float, end: float) -> None:
         """Occupies ``chosen`` (or cores 0..k-1) until ``end``."""
