@@ -1,7 +1,7 @@
 """The modelled timeline is the same in both modes: zoo models run forward, backward and an AdamW
 step in a functional process and in a projection process, and their firmware traces are compared
-command by command (kernel name, engine, start and end ns, bytes, flops, bound, lanes). Only the
-values differ, and projection mode has none to compare. (gpt2's zoo batch has no attention mask,
+command by command (kernel name, engine, start and end ns, bytes, flops, bound, lanes), at both
+fidelities. Only the values differ, and projection mode has none to compare. (gpt2's zoo batch has no attention mask,
 and transformers then reads input ids on the host to warn about padding: refused in projection
 mode, so the transformers model here is llama.)"""
 import pytest
@@ -25,16 +25,20 @@ fields = ("seq", "name", "engine", "start_ns", "end_ns", "nbytes", "flops", "bou
           "engines", "dtype", "launch_start_ns", "launch_end_ns")
 trace = [[getattr(e, f) for f in fields] for e in runtime.get_runtime().command_trace(0)]
 print(json.dumps({"mode": torch.emu.is_projection_mode(), "trace": trace, "fields": fields,
+                  "fidelity": runtime.get_runtime().config.fidelity,
                   "host_ns": runtime.get_runtime().host_time_ns(), "peak": torch.emu.max_memory_allocated()}))
 """
 
 
-@pytest.mark.parametrize("model, optimizer", [("mlp", "for-loop"), ("resnet18", "foreach"), ("lstm_lm", "for-loop"),
-                                              ("llama", "foreach")])
-def test_timeline_is_identical_in_both_modes(program, model, optimizer):
+@pytest.mark.parametrize("model, optimizer, fidelity", [
+    ("mlp", "for-loop", "kernel"), ("resnet18", "foreach", "kernel"), ("lstm_lm", "for-loop", "kernel"),
+    ("llama", "foreach", "kernel"), ("mlp", "foreach", "tile")])
+def test_timeline_is_identical_in_both_modes(program, monkeypatch, model, optimizer, fidelity):
+    monkeypatch.setenv("EMU_FIDELITY", fidelity)
     functional = program(TRAIN_STEP, mode="functional", args=(model, optimizer))
     projection = program(TRAIN_STEP, mode="projection", args=(model, optimizer))
     assert functional["mode"] is False and projection["mode"] is True
+    assert functional["fidelity"] == projection["fidelity"] == fidelity
     f_trace, p_trace = functional["trace"], projection["trace"]
     assert len(f_trace) > 50, "too few commands for a forward, backward and optimizer step"
     assert len(f_trace) == len(p_trace), (len(f_trace), len(p_trace))
