@@ -654,6 +654,7 @@ class _Analysis:
                            "tid": threads.get(thread, 1), "ts": us(t0), "dur": (t1 - t0) / 1e3, "args": {}})
         device_pid = lambda d: d + 1  # noqa: E731
         ring_tids: dict[tuple, int] = {}
+        ring_ends: dict[tuple, float] = {}
         lane_tids = _lane_tids(self.commands.values(), self._lane_spans_of, self.config)
         flows = []
         for seq, name, t0, t1, thread in prof._commands:
@@ -672,7 +673,10 @@ class _Analysis:
             if cmd is not None:
                 pid = device_pid(cmd.device)
                 ring_tid = ring_tids.setdefault((cmd.device, cmd.ring), 100_000 + len(ring_tids))
-                fw_start = min(cmd.launch_start, cmd.start)
+                # Launches are pipelined (a ring's next launch overlaps its current kernel): the
+                # ring's slices start at the later of the launch and the ring's previous end.
+                fw_start = max(min(cmd.launch_start, cmd.start), ring_ends.get((cmd.device, cmd.ring), 0.0))
+                ring_ends[(cmd.device, cmd.ring)] = max(cmd.end, fw_start)
                 events.append({"name": cmd.name, "cat": "firmware", "ph": "X", "pid": pid, "tid": ring_tid,
                                "ts": us(fw_start), "dur": (cmd.end - fw_start) / 1e3,
                                "args": dict(cid, ring=cmd.ring, bound=cmd.bound, tiling=cmd.tiling, dtype=cmd.dtype)})

@@ -252,3 +252,26 @@ def test_roofline_png(tmp_path):
     prof.save_roofline(path)
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_ring_lanes_hold_disjoint_events_under_launch_pipelining(tmp_path):
+    # Back-to-back kernels on one stream: each next launch overlaps the running kernel
+    # (docs/hardware.md, "Launch pipelining"), the ring lane's slices still do not overlap.
+    x = torch.randn(256, 256).to("emu")
+    torch.emu.synchronize()
+    with torch.emu.profile() as prof:
+        for _ in range(6):
+            x = x @ x * 0.01
+        torch.emu.synchronize()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(path)
+    events = json.loads(path.read_text())["traceEvents"]
+    by_ring = {}
+    for e in events:
+        if e["ph"] == "X" and e["cat"] == "firmware":
+            by_ring.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    assert sum(len(spans) for spans in by_ring.values()) >= 12
+    for spans in by_ring.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end - 1e-9
