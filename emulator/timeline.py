@@ -65,7 +65,8 @@ class CoreTimelines:
     """One engine kind's units, one per core (``free[i]``: when core i's engine is free). A kernel
     that runs on k cores takes the k cores free first, from the time the last of them is free, and
     holds them until it ends; kernels of other rings run side by side on the other cores.
-    ``busy_ns`` and ``jobs`` count kernels (their engine spans), not core-nanoseconds."""
+    ``busy_ns`` is the time any of the cores is busy (the union of kernels' spans), ``jobs`` the
+    kernels."""
 
     __slots__ = ("free", "all_free_at", "busy_ns", "jobs", "cores")
 
@@ -97,9 +98,13 @@ class CoreTimelines:
         else:
             for i in chosen:
                 free[i] = end
+        # busy_ns: time during which any core of this kind is busy (the union of the kernels'
+        # spans, as bookings come in time order), so it never exceeds the elapsed time.
+        busy_from = start if start > self.all_free_at else self.all_free_at
+        if end > busy_from:
+            self.busy_ns += end - busy_from
         if end > self.all_free_at:
             self.all_free_at = end
-        self.busy_ns += end - start
         self.jobs += 1
 
     def hold_all(self, start: float, duration: float) -> None:

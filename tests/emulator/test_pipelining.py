@@ -139,6 +139,9 @@ def test_one_core_kernels_of_two_streams_run_side_by_side():
     lanes = {lane for e in (a, b) for lane in e.engines if ".core" in lane}
     assert lanes == {"dev0.core0.matrix", "dev0.core1.matrix"}    # on different cores
     assert b.start_ns == pytest.approx(b.launch_end_ns)           # core 1 was free
+    # The engine's busy time is the time any core is busy: utilisation stays <= 100%.
+    busy = rig.platform.system.devices[0].matrix_engine.busy_ns
+    assert busy == pytest.approx(max(a.end_ns, b.end_ns) - min(a.start_ns, b.start_ns))
 
 
 def test_a_kernel_needing_more_cores_than_are_free_waits_for_them():
