@@ -130,6 +130,7 @@ class MatrixRates(_Validated):
     bfloat16: float = _rate(1.0, "MACs per PE per cycle on bfloat16 operands")
     float32: float = _rate(0.25, "MACs per PE per cycle on float32 operands")
     float64: float = _rate(0.0625, "MACs per PE per cycle on float64 operands")
+    float8: float = _rate(2.0, "MACs per PE per cycle on float8 operands (_scaled_mm; default: twice bfloat16)")
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,8 @@ def _rate_class(dtype: str, matrix: bool) -> str:
         return "int32"
     if dtype in ("int64", "uint64"):
         return "int32" if matrix else "int64"
+    if dtype.startswith("float8_"):   # one-byte floats: the matrix engine's fp8 rate; vector ops widen them
+        return "float8" if matrix else "int8"
     raise ValueError(f"unknown element type {dtype!r}")
 
 
@@ -296,6 +299,17 @@ class HostConfig(_Validated):
     interrupt_service_ns: float = param(1000.0, "ns", "host CPU time the driver spends servicing one device "
                                                       "interrupt (stolen from the host thread when it arrives "
                                                       "while that thread runs)", minimum=0.0)
+    # A malloc the caching allocator serves from its cache makes no driver call: it costs the
+    # allocator's own bookkeeping. Published figure: PyTorch's CUDA caching allocator serves a
+    # steady-state torch.empty in "0-1 us" (jvoltci.github.io/mosaic/foundations/cpp-memory/
+    # custom-allocators); the midpoint of that range.
+    cached_alloc_ns: float = param(500.0, "ns", "modelled host time of an allocation the caching allocator "
+                                                "serves from its cache (no driver call)", minimum=0.0)
+    # Replaying a captured program writes each command's descriptor into the ring (no per-call
+    # validation, no doorbell). Published figure: a CUDA graph of 80 kernels launches in 3.5 us of
+    # CPU time (cuda.juliagpu.org/dev/usage/graphs/), 44 ns per node.
+    command_encode_ns: float = param(44.0, "ns", "modelled host time of encoding one command of a replayed "
+                                                 "program (CUDA Graphs' per-node launch cost)", minimum=0.0)
 
 
 @dataclass(frozen=True)

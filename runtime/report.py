@@ -60,7 +60,10 @@ def format_report(runtime) -> str:
         share = 100 * clock.host_work_ns / host_ns if host_ns else 0.0
         lines.append(f"  host fallback: {clock.host_work_calls} ops, {clock.host_work_ns / 1e3:.1f} us "
                      f"of modelled host time ({share:.1f}% of host time)")
-    lines.append(f"  host time by cause: {clock.api_ns / 1e3:.1f} us launch overhead ({clock.api_calls} calls), "
+    lines.append(f"  host time by cause: {clock.api_ns / 1e3:.1f} us launch overhead ({clock.api_calls} calls "
+                 f"{clock.call_ns / 1e3:.1f} us, {clock.cached_allocs} cached allocations "
+                 f"{clock.cached_alloc_total_ns / 1e3:.1f} us, {clock.encoded_commands} commands encoded "
+                 f"{clock.encode_ns / 1e3:.1f} us), host work {clock.host_work_ns / 1e3:.1f} us, "
                  f"{clock.sync_wait_ns / 1e3:.1f} us synchronising ({clock.sync_waits} waits), "
                  f"{clock.backpressure_wait_ns / 1e3:.1f} us ring back-pressure ({clock.backpressure_waits} waits), "
                  f"{clock.interrupt_stolen_ns / 1e3:.1f} us servicing interrupts ({clock.interrupts} interrupts)")

@@ -120,7 +120,8 @@ class Runtime:
         host = self.config.host
         self.clock = HostClock(host.api_call_ns, host.flops_per_s, host.memory_bandwidth_gb_per_s,
                                host.fallback_overhead_ns,
-                               getattr(host, "interrupt_service_ns", DEFAULT_INTERRUPT_NS))
+                               getattr(host, "interrupt_service_ns", DEFAULT_INTERRUPT_NS),
+                               cached_alloc_ns=host.cached_alloc_ns, command_encode_ns=host.command_encode_ns)
         try:
             self.driver = Driver(self.config, firmware_image, host_clock=self.clock, mode=self.settings.mode)
         except DriverError as err:
@@ -188,14 +189,26 @@ class Runtime:
             state = self._devices.get(device)
             if state is None:
                 state = self.device(device)
-            self.clock.charge_call()
             fault = state.context.fault
             if fault is not None:
+                self.clock.charge_call()
                 raise translate_driver_error(fault) from fault
             stream = state.streams.get(stream_id)
             if stream is None:
                 stream = self.stream(device, stream_id)   # raises InvalidValueError
-            return state.allocator.malloc(nbytes, stream)
+            allocator = state.allocator
+            segments = allocator.num_driver_allocs
+            try:
+                address = allocator.malloc(nbytes, stream)
+            except BaseException:
+                self.clock.charge_call()   # it asked the driver (out of memory)
+                raise
+            # A new segment is a driver call; a block from the cache is the allocator's own work.
+            if allocator.num_driver_allocs != segments:
+                self.clock.charge_call()
+            else:
+                self.clock.charge_cached_alloc()
+            return address
 
     def free(self, device: int, address: int) -> None:
         with self.lock:
@@ -713,11 +726,10 @@ class _CommandBuffer:
                 owners = _CommandBuffer._owners
                 if not owners:        # the clock charges the threads inside a block the encode cost
                     charge = type(clock).charge_call.__get__(clock)
-                    encode_ns = clock.api_call_ns * Runtime.COMMAND_ENCODE_FRACTION
 
                     def recorded_charge():
                         if threading.get_ident() in owners:
-                            clock.now_ns += encode_ns
+                            clock.charge_encode(1)   # counted in api_ns (host_clock.py)
                         else:
                             charge()
                     clock.charge_call = recorded_charge

@@ -68,3 +68,45 @@ def test_the_interrupt_cost_comes_from_the_hardware_description(tmp_path):
     rt = runtime.Runtime(settings=runtime.Settings(config_path=str(path)))
     assert rt.clock.interrupt_ns == 3500.0
     assert runtime.Runtime(settings=runtime.Settings(preset="tiny")).clock.interrupt_ns == 1000.0
+
+
+# -- the breakdown adds up ---------------------------------------------------------------
+
+def _dev(address, n):
+    from driver import TensorRef
+    from emulator.kernels import dtypes
+    return TensorRef(False, 0, address, dtypes.FLOAT32, (n,), (1,))
+
+
+def test_every_charged_nanosecond_is_in_one_cause(rt):
+    """API calls, cached allocations, command encodes (api_ns), waits, stolen interrupts and host
+    work sum to the host clock: the report's by-cause breakdown and its verdict miss nothing."""
+    host = rt.config.host
+    assert host.cached_alloc_ns > 0 and host.command_encode_ns > 0
+    clock = rt.clock
+    a = rt.malloc(0, 4096)                       # a new segment: a driver call
+    b = rt.malloc(0, 4096)                       # from the cached segment
+    assert clock.api_calls == 1 and clock.cached_allocs == 1
+    assert clock.cached_alloc_total_ns == host.cached_alloc_ns
+    for _ in range(3):
+        rt.memset(_dev(a, 1024), 1.0, rt.stream(0))
+    clock.charge_encode(5)                       # a replayed program's five commands
+    assert clock.encode_ns == 5 * host.command_encode_ns and clock.encoded_commands == 5
+    rt.charge_host_work(1e6, 1e6)
+    rt.stream(0).synchronize()
+    rt.free(0, b)
+    assert clock.sync_waits >= 1
+    assert clock.api_ns == clock.call_ns + clock.cached_alloc_total_ns + clock.encode_ns
+    assert clock.call_ns == clock.api_calls * host.api_call_ns
+    total = clock.api_ns + clock.waited_ns + clock.interrupt_stolen_ns + clock.host_work_ns
+    assert clock.now_ns == pytest.approx(total, rel=1e-12)
+    (line,) = [l for l in format_report(rt).splitlines() if "host time by cause" in l]
+    assert f"{clock.api_ns / 1e3:.1f} us launch overhead" in line and "1 cached allocations" in line
+    assert "5 commands encoded" in line
+
+
+def test_cached_alloc_and_encode_fields_are_validated():
+    with pytest.raises(ConfigError, match="cached_alloc_ns"):
+        C.HostConfig(cached_alloc_ns=-1.0)
+    with pytest.raises(ConfigError, match="command_encode_ns"):
+        C.HostConfig(command_encode_ns=-1.0)

@@ -13,7 +13,7 @@ class Counted:
     def __enter__(self):
         torch.emu.synchronize()
         rt = runtime.get_runtime()
-        self._rt, self._calls = rt, rt.clock.api_calls
+        self._rt, self._calls, self._allocs = rt, rt.clock.api_calls, rt.clock.cached_allocs
         self._commands = self._executed()
         return self
 
@@ -22,6 +22,7 @@ class Counted:
 
     def __exit__(self, *exc):
         self.calls = self._rt.clock.api_calls - self._calls
+        self.cached_allocs = self._rt.clock.cached_allocs - self._allocs
         torch.emu.synchronize()
         self.commands = self._executed() - self._commands
         return False
@@ -33,8 +34,8 @@ def test_scalar_operand_is_one_command_and_two_runtime_calls(scalar):
     x = make(torch.float32, (64,)).to("emu")
     y = x * scalar
     with Counted() as c:
-        y = x * scalar                       # malloc of the output + one launch
-    assert (c.calls, c.commands) == (2, 1)
+        y = x * scalar                       # a cached malloc of the output + one launch
+    assert (c.calls, c.cached_allocs, c.commands) == (1, 1, 1)
     torch.testing.assert_close(y.cpu(), x.cpu() * scalar, rtol=0, atol=0)
     with Counted() as c:
         x.add_(scalar)                       # in place: one launch, no allocation
