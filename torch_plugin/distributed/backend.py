@@ -108,12 +108,34 @@ def _emu_device(tensors) -> int | None:
     return next((t.device.index for t in tensors if t.device.type == "emu"), None)
 
 
+def _projection() -> bool:
+    """Projection mode (docs/projection.md): the devices hold no values, so a collective moves no
+    data: its commands are issued and timed as in functional mode, its host buffers are
+    placeholders (one element seen through zero strides: the commands copy nothing in this mode)
+    and gloo carries only the ready times."""
+    return runtime.is_initialized() and runtime.get_runtime().projection
+
+
+def _placeholder(shape, dtype) -> torch.Tensor:
+    """A host buffer of ``shape`` for a command that copies nothing (projection mode): one element."""
+    return torch.empty((), dtype=dtype).expand(shape)
+
+
+def _refuse_host_outputs(op: str, tensors) -> None:
+    """Projection mode: a CPU tensor among an emu collective's tensors would receive values that do
+    not exist. Refused before the collective starts (on every rank alike: the check is local)."""
+    if any(t.device.type != "emu" for t in tensors):
+        from torch_plugin.errors import AROUND_HOST, projection_error
+        raise projection_error(f"c10d::{op}", "a collective that mixes host (CPU) and emu tensors would write "
+                               "values to host memory", AROUND_HOST)
+
+
 def _staged(t: torch.Tensor, reads: list) -> torch.Tensor:
     """The host buffer of input ``t``: for an emu tensor, a new host tensor, staged from ``t`` by
     the collective's first command (``reads`` gets the pair); a CPU tensor is its own buffer."""
     if t.device.type != "emu":
         return t
-    host = torch.empty(t.shape, dtype=t.dtype)
+    host = _placeholder(t.shape, t.dtype) if _projection() else torch.empty(t.shape, dtype=t.dtype)
     reads.append((host, t))
     return host
 
@@ -135,7 +157,9 @@ def _as_op(op: str, tensors):
 
 
 def _host_empty(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty(t.shape, dtype=t.dtype) if t.device.type == "emu" else t
+    if t.device.type != "emu":
+        return t
+    return _placeholder(t.shape, t.dtype) if _projection() else torch.empty(t.shape, dtype=t.dtype)
 
 
 def _pair_refs(pairs) -> tuple:
@@ -449,7 +473,12 @@ class EmuProcessGroup(dist.ProcessGroup):
         """The common path (module docstring): ``reads`` (host buffer, emu input) are staged, the
         ready times exchanged, ``launch()`` runs gloo on the host buffers (waited for here), then
         ``post()`` on the host, and the device command writes ``writes`` (emu output, host
-        buffer). CPU outputs in ``writes`` are copied on the host at once."""
+        buffer). CPU outputs in ``writes`` are copied on the host at once. In projection mode gloo
+        moves nothing (``launch`` and ``post`` are not called): the commands and the ready-time
+        exchange are the functional mode's, so the timeline is too."""
+        projection = _projection()
+        if projection:
+            _refuse_host_outputs(op, device_tensors)
         with _as_op(op, device_tensors):
             return self._collective_steps(op, device_tensors, reads, launch, writes, nbytes, result, post)
 
@@ -461,9 +490,10 @@ class EmuProcessGroup(dist.ProcessGroup):
         # faulted with it, so nothing is staged.
         ready = self._ready(op, device, reads) if fault is None else runtime.get_runtime().host_time_ns()
         start = self._exchange_ready(op, seq, ready, fault)
-        self._gloo_wait(op, seq, self._gloo_call(op, seq, launch))
-        if post is not None:
-            post()
+        if not _projection():
+            self._gloo_wait(op, seq, self._gloo_call(op, seq, launch))
+            if post is not None:
+                post()
         device_writes = []
         for dst, src in writes:
             if dst.device.type == "emu":
@@ -471,6 +501,8 @@ class EmuProcessGroup(dist.ProcessGroup):
             elif dst is not src:
                 dst.copy_(src)
         host_bytes = _nbytes([h for h, _ in reads]) + _nbytes([h for _, h in device_writes])
+        if _projection():
+            host_bytes = 0  # its buffers are placeholders: nothing crossed the host
         return self._issue(op, seq, device, nbytes, host_bytes, [], device_writes, result, start, ready,
                            self._model(op, nbytes))
 
@@ -576,6 +608,13 @@ class EmuProcessGroup(dist.ProcessGroup):
         gopts, avg = self._reduce_opts(AllreduceOptions, opts)
         n, me = self.size(), self.rank()
         chunk = output.numel()
+        if _projection() and _is_emu([output, *inputs]):
+            _refuse_host_outputs("reduce_scatter", [output, *inputs])
+            host = _placeholder((n * chunk,), output.dtype)
+            reads = [(_placeholder(t.shape, t.dtype), t) for t in inputs]
+            return self._collective("reduce_scatter", [output, *inputs], reads, None,
+                                    [(output, _placeholder(output.shape, output.dtype))],
+                                    host.numel() * host.element_size(), result)
         host = torch.empty(n * chunk, dtype=output.dtype)
         reads = []
         for i, t in enumerate(inputs):
@@ -677,6 +716,11 @@ class EmuProcessGroup(dist.ProcessGroup):
                 offset += t.numel()
             return out
 
+        if _projection():
+            return self._collective("all_to_all", output_tensors + input_tensors,
+                                    [(_placeholder(t.shape, dtype), t) for t in input_tensors], None,
+                                    [(t, _placeholder(t.shape, dtype)) for t in output_tensors],
+                                    _nbytes(input_tensors), output_tensors)
         host_in = torch.empty(sum(t.numel() for t in input_tensors), dtype=dtype)
         host_out = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype)
         reads = []
@@ -764,10 +808,11 @@ class EmuProcessGroup(dist.ProcessGroup):
         host = [_staged(t, reads) for t in tensors]
         ready = self._ready("send", device, reads)
         start, (clock_work, keep) = self._clock_p2p("send", seq, dst, tag, ready)
-        inner = self._gloo_call("send", seq, self._gloo.send, host, dst, tag)
+        projection = _projection()
+        inner = [] if projection else [self._gloo_call("send", seq, self._gloo.send, host, dst, tag)]
         model = self._model("send", _nbytes(tensors), (self.rank(), dst))
-        work = self._issue("send", seq, device, _nbytes(tensors), _nbytes(host), [clock_work, inner], [], tensors,
-                           start, ready, model)
+        work = self._issue("send", seq, device, _nbytes(tensors), 0 if projection else _nbytes(host),
+                           [clock_work, *inner], [], tensors, start, ready, model)
         work._keep = (keep, host)  # gloo reads them until the send completes
         return work
 
@@ -783,10 +828,12 @@ class EmuProcessGroup(dist.ProcessGroup):
         host = [_host_empty(t) for t in tensors]
         ready = self._ready("recv", device, [])
         start, _ = self._clock_p2p("recv", seq, src, tag, ready)
-        self._gloo_wait("recv", seq, self._gloo_call("recv", seq, self._gloo.recv, host, src, tag))
+        projection = _projection()
+        if not projection:
+            self._gloo_wait("recv", seq, self._gloo_call("recv", seq, self._gloo.recv, host, src, tag))
         model = self._model("recv", _nbytes(tensors), (src, self.rank()))
-        return self._issue("recv", seq, device, _nbytes(tensors), _nbytes(host), [], list(zip(tensors, host)),
-                           tensors, start, ready, model)
+        return self._issue("recv", seq, device, _nbytes(tensors), 0 if projection else _nbytes(host), [],
+                           list(zip(tensors, host)), tensors, start, ready, model)
 
     def recv_anysource(self, tensors, tag: int):
         raise NotImplementedError("emu backend: recv from any source is not supported (name the source rank)")
