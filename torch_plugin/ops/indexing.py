@@ -388,6 +388,24 @@ def index_tensor_out(self, indices, *, out):
     return _index(self, indices, out)
 
 
+def _fill_mask(self, indices, values):
+    """The mask of ``self[mask] = value`` when that is a masked_fill (as ATen dispatches it): one
+    bool index on self's device, matching the dims it indexes, and a 0-dim value (a host one, or
+    one on self's device, which is where Python's ``x[mask] = 0`` puts it for emu); the mask is
+    returned shaped to broadcast over self. None otherwise (uint8 masks keep the general path and
+    its deprecation warning)."""
+    if values.dim() != 0 or values.device not in (self.device, torch.device("cpu")):
+        return None
+    defined = [(i, t) for i, t in enumerate(indices) if t is not None]
+    if len(defined) != 1:
+        return None
+    position, mask = defined[0]
+    if mask.dtype != torch.bool or mask.device != self.device or \
+            tuple(mask.shape) != tuple(self.shape[position:position + mask.dim()]) or position + mask.dim() > self.dim():
+        return None
+    return mask.reshape(tuple(mask.shape) + (1,) * (self.dim() - position - mask.dim()))
+
+
 def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     name = "aten::index_put_"
     device = common_device(name, self, values)
@@ -398,6 +416,9 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     if torch._debug_has_internal_overlap(self) == 1:
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                            "single memory location. Please clone() the tensor before performing the operation.")
+    mask = None if accumulate else _fill_mask(self, indices, values)
+    if mask is not None:  # x[mask] = scalar is a masked_fill: no nonzero, so no data-dependent shape
+        return self.masked_fill_(mask, values.item() if values.device.type == "cpu" else values)
     expanded = _expand_bool_indices(self, indices, device)
     if all(t is None for t in expanded):
         raise RuntimeError("index_put_: at least one index must be defined")
