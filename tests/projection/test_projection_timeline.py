@@ -2,16 +2,17 @@
 step in a functional process and in a projection process, and their firmware traces are compared
 command by command (kernel name, engine, start and end ns, bytes, flops, bound, lanes), at both
 fidelities. Only the values differ, and projection mode has none to compare. (gpt2's zoo batch has no attention mask,
-and transformers then reads input ids on the host to warn about padding: refused in projection
-mode, so the transformers model here is llama.)"""
+and transformers then reads input ids on the host to warn about padding, which projection mode
+refuses: both processes switch that check off with the zoo's ``without_padding_check``.)"""
 import pytest
 
 TRAIN_STEP = r"""
 import json, sys, torch, torch_plugin, runtime
 from torch_plugin import zoo
 from torch_plugin.zoo import harness
+from torch_plugin.zoo.hf import without_padding_check
 spec = zoo.MODELS[sys.argv[1]]
-model = spec.build(0).to("emu")
+model = without_padding_check(spec.build(0)).to("emu")
 batch = harness.to_device(spec.batch(0), "emu")
 optimizer = harness.optimizer_for(spec, model, sys.argv[2])
 model.train()
@@ -32,7 +33,7 @@ print(json.dumps({"mode": torch.emu.is_projection_mode(), "trace": trace, "field
 
 @pytest.mark.parametrize("model, optimizer, fidelity", [
     ("mlp", "for-loop", "kernel"), ("resnet18", "foreach", "kernel"), ("lstm_lm", "for-loop", "kernel"),
-    ("llama", "foreach", "kernel"), ("mlp", "foreach", "tile")])
+    ("llama", "foreach", "kernel"), ("gpt2", "foreach", "kernel"), ("mlp", "foreach", "tile")])
 def test_timeline_is_identical_in_both_modes(program, monkeypatch, model, optimizer, fidelity):
     monkeypatch.setenv("EMU_FIDELITY", fidelity)
     functional = program(TRAIN_STEP, mode="functional", args=(model, optimizer))

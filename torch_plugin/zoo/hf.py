@@ -64,6 +64,22 @@ def build_model(config, model_cls: str) -> nn.Module:
     return model
 
 
+def without_padding_check(model: nn.Module) -> nn.Module:
+    """Switches off transformers' ``warn_if_padding_and_no_attention_mask`` on every submodel (GPT-2,
+    BERT, T5, ... call it on each forward without an attention mask). The check only decides
+    whether to print a warning, but it reads input ids on the host: a device-to-host copy and a
+    synchronisation per forward in functional mode, and a refusal in projection mode. Zoo batches
+    hold no padding (token ids >= 3). Returns ``model``."""
+    for module in model.modules():
+        if hasattr(module, "warn_if_padding_and_no_attention_mask"):
+            module.warn_if_padding_and_no_attention_mask = _no_padding_check
+    return model
+
+
+def _no_padding_check(input_ids, attention_mask) -> None:
+    return None
+
+
 def _causal_lm(name: str, description: str, build, **extra) -> ModelSpec:
     def loss(m, b):
         return m(input_ids=b["input_ids"], labels=b["input_ids"]).loss
