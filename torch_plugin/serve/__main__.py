@@ -1,0 +1,5 @@
+import sys
+
+from torch_plugin.serve import main
+
+sys.exit(main())
