@@ -198,6 +198,11 @@ def parallelize(model, mesh, args) -> None:
         fully_shard(model, mesh=fsdp_mesh)
 
 
+def local_parameter_bytes(model) -> int:
+    """The bytes of this rank's parameters (a DTensor's local shard)."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).nbytes for p in model.parameters())
+
+
 def _has_submodule(module, name: str) -> bool:
     try:
         module.get_submodule(name)
@@ -212,14 +217,18 @@ def reduce_over_ranks(result: dict) -> dict:
     import torch
     import torch.distributed as dist
     keys = [k for k in ("prefill_s", "decode_s_per_token", "forward_s", "train_step_s",
-                        "peak_device_memory_bytes") if k in result]
+                        "peak_device_memory_bytes", "collective_host_copy_bytes") if k in result]
     values = torch.tensor([float(result[k]) for k in keys], dtype=torch.float64)
     dist.all_reduce(values, op=dist.ReduceOp.MAX)
-    peaks = [torch.zeros(1, dtype=torch.float64) for _ in range(dist.get_world_size())]
-    dist.all_gather(peaks, torch.tensor([float(result["peak_device_memory_bytes"])], dtype=torch.float64))
+    per_rank = [torch.zeros(2, dtype=torch.float64) for _ in range(dist.get_world_size())]
+    mine = [result["peak_device_memory_bytes"], result["local_parameter_bytes"]]
+    dist.all_gather(per_rank, torch.tensor(mine, dtype=torch.float64))
     out = dict(result, **{k: float(v) for k, v in zip(keys, values.tolist())})
-    out["peak_device_memory_bytes"] = int(out["peak_device_memory_bytes"])
-    out["peak_device_memory_bytes_per_rank"] = [int(p.item()) for p in peaks]
+    for key in ("peak_device_memory_bytes", "collective_host_copy_bytes"):
+        if key in out:
+            out[key] = int(out[key])
+    out["peak_device_memory_bytes_per_rank"] = [int(t[0]) for t in per_rank]
+    out["local_parameter_bytes_per_rank"] = [int(t[1]) for t in per_rank]
     batch = result["batch"] * (result.get("fsdp", 1))
     if "prefill_s" in out:
         out["prefill_tokens_per_s"] = batch * result["prefill_tokens"] / out["prefill_s"]
@@ -229,13 +238,18 @@ def reduce_over_ranks(result: dict) -> dict:
 
 
 def _collectives(phase: str, result: dict) -> None:
-    """This rank's collectives of ``phase`` (count, bytes, modelled time per op), then cleared."""
+    """This rank's collectives of ``phase`` (count, bytes, modelled time per op), then cleared; and
+    what they moved through the host (0 in projection mode, where collectives move nothing)."""
     from torch_plugin import distributed as emu_dist
+    records = emu_dist.collective_records()
+    if not records:
+        return
     summary = emu_dist.collective_summary()
     emu_dist.reset_collective_records()
-    if summary:
-        result[f"collectives_{phase}"] = {op: {k: s[k] for k in ("count", "bytes", "modelled_ns", "wait_ns")}
-                                          for op, s in summary.items()}
+    result[f"collectives_{phase}"] = {op: {k: s[k] for k in ("count", "bytes", "modelled_ns", "wait_ns")}
+                                      for op, s in summary.items()}
+    result["collective_host_copy_bytes"] = (result.get("collective_host_copy_bytes", 0)
+                                            + sum(r["host_copy_bytes"] for r in records))
 
 
 class Progress:
@@ -403,11 +417,12 @@ def main(argv=None) -> int:
         print(f"{args.model} ({dtype_name}) does not fit {where} of this preset: {err}", file=sys.stderr)
         return 2
     rt = runtime.get_runtime()
-    parameters = sum(p.numel() for p in model.parameters())
+    parameters = sum(p.numel() for p in model.parameters())  # a DTensor's numel is the global one
     free, capacity = torch.emu.mem_get_info()
     result = {"model": args.model, "preset": rt.config.name, "device": rt.config.device.name, "dtype": dtype_name,
               "batch": args.batch, "parameters": parameters, "compile": args.compile,
-              "device_capacity_bytes": capacity, "tp": args.tp, "fsdp": args.fsdp}
+              "device_capacity_bytes": capacity, "tp": args.tp, "fsdp": args.fsdp,
+              "local_parameter_bytes": local_parameter_bytes(model)}
     if spec is None:
         result.update(prefill_tokens=args.prefill, decode_tokens=args.decode,
                       config={k: v for k, v in model.config.to_diff_dict().items() if isinstance(v, (int, float, str, bool))})
