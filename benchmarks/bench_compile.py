@@ -3,9 +3,11 @@ dispatch/launch overhead of the custom ops).
 
 For each mode: the projected device time (summed engine busy time of the emulated device),
 the projected end-to-end time (the runtime's modelled host clock across the calls and a final
-sync), the emulation's wall time per call after warm-up, and (compiled) the compile time.
-Targets, printed as ratios (no asserts): the compiled forward projects >= 1.5x faster end to end
-than eager, and its emulation wall time is no slower than eager's.
+sync: for the compiled forward, what replay charges: one submission per segment plus
+host.command_encode_ns per command), the emulation's wall time per call after warm-up, and
+(compiled) the compile time. The calls after the first are replays of the captured program.
+Targets, printed as ratios measured in the same run (no asserts): the compiled forward projects
+>= 1.5x faster end to end than eager, and its emulation wall time is >= 2x faster than eager's.
 
     .venv/bin/python benchmarks/bench_compile.py [--model gpt2|llama] [--calls N] [--quick]
 """
@@ -26,7 +28,7 @@ from torch_plugin.compile import compile_stats, reset_compile_stats  # noqa: E40
 from torch_plugin.zoo import MODELS  # noqa: E402
 
 PROJECTED_TARGET = 1.5
-WALL_TARGET = 1.0
+WALL_TARGET = 2.0
 
 
 def _device_busy_ns() -> float:
@@ -83,7 +85,7 @@ def bench_model(name: str, calls: int) -> None:
     print(f"{name}: {spec.description}")
     print(f"  {'mode':<10}{'device us':>12}{'end-to-end us':>14}{'wall ms':>12}{'launches':>10}")
     _row("eager", eager, _launches(eager_fn))
-    _row("compiled", comp, _launches(compiled_fn), f"compile {compile_s:.1f} s (first call, wall)")
+    _row("replay", comp, _launches(compiled_fn), f"compile + capture {compile_s:.1f} s (first call, wall)")
     projected = eager["e2e_us"] / comp["e2e_us"]
     device = eager["device_us"] / comp["device_us"]
     wall = eager["wall_ms"] / comp["wall_ms"]

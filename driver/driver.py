@@ -34,6 +34,8 @@ _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type
 _LAUNCH = abi.Opcode.LAUNCH
 _new_tuple = tuple.__new__  # builds ABI records without their Python-level namedtuple __new__
 DESCRIPTOR_CACHE_ENTRIES = 4096
+# What the runtime may read of a recorded command (Driver.begin_recording), without the ABI module.
+RECORDED_KINDS = {abi.Opcode.LAUNCH: "launch", abi.Opcode.COPY: "copy", abi.Opcode.FILL: "fill"}
 
 
 def collective_cost(interconnect, op: str, nbytes: int, ranks: int, nodes: int = 1, hops: int = 1,
@@ -114,6 +116,7 @@ class Driver:
         self._resets_of: dict[int, int] = {}                  # device -> resets done
         self.poison_pending = False  # an error interrupt arrived: skipped commands' outputs to collect
         self.launch_blocking = False  # the runtime's EMU_LAUNCH_BLOCKING (named in fault messages)
+        self._recording: list | None = None  # begin_recording: (queue, command) of every submission
 
     # -- discovery -------------------------------------------------------
     @property
@@ -350,6 +353,8 @@ class Driver:
             endpoint = self._devices[queue.device]
             seq = next(self._seq)
             command = _new_tuple(command_type, (opcode, seq, queue.context.asid, *fields))
+            if self._recording is not None:
+                self._recording.append((queue, command))
             clock = self.host_clock
             while not endpoint.submit(queue.ring_id, clock.now_ns if clock is not None else self.transport.now_ns(),
                                       command):
@@ -358,6 +363,54 @@ class Driver:
                 half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
                 self._host_waited_until(endpoint.wait_ring_space(queue.ring_id, half), "backpressure")
             return seq
+
+    # -- captured programs (a command list recorded once, replayed with relocated operands) ------
+    def begin_recording(self, sink: list) -> None:
+        """Every command submitted from now on (to any queue) is also appended to ``sink`` as
+        (queue, command); the commands still run."""
+        with self.lock:
+            self._recording = sink
+
+    def end_recording(self) -> None:
+        with self.lock:
+            self._recording = None
+
+    def prepare_program(self, queue: Queue, commands, relocations, fixed_bases=None) -> "ProgramImage":
+        """A replayable image of recorded ``commands``. ``relocations[i]`` lists, for each device
+        operand of command i in order (``command_operands``), None (kept) or (range, offset): the
+        operand's address becomes ``bases[range] + offset`` at each submission, or
+        ``fixed_bases[range] + offset`` once, here. Only launches, copies and fills of ``queue``'s
+        context can be replayed (a fence or a collective is a boundary the caller runs live)."""
+        return ProgramImage.build(queue, commands, relocations, fixed_bases or {})
+
+    def submit_program(self, queue: Queue, image: "ProgramImage", bases) -> int:
+        """Submits ``image`` with its relocatable ranges at ``bases``: fresh sequence numbers, the
+        whole list in one ring write and one doorbell (more only when the ring has too few free
+        slots: then what fits is written, the doorbell rung, and the host waits for half the ring,
+        as back-pressure). Returns the first command's seq (the others follow it)."""
+        if len(bases) < image.n_ranges or not set(map(type, bases)) <= _INT:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                              f"a program with {image.n_ranges} relocatable ranges needs as many int bases, got {bases!r}")
+        if queue.context is not image.context:
+            raise DriverError(DriverStatus.INVALID_ARGUMENT, "a program replays only on its own context's queues")
+        with self.lock:
+            commands = image.relocated(bases, self._seq)
+            first = commands[0].seq if commands else 0
+            endpoint = self._devices[queue.device]
+            ring = queue.ring_id
+            clock = self.host_clock
+            start = 0
+            while start < len(commands):
+                free = endpoint.ring_free_slots(ring)
+                if free == 0:
+                    half = max(1, endpoint.ring_entries(ring) // 2)
+                    self._host_waited_until(endpoint.wait_ring_space(ring, half), "backpressure")
+                    continue
+                chunk = commands[start:start + free] if start or free < len(commands) else commands
+                endpoint.write_ring_many(ring, clock.now_ns if clock is not None else self.transport.now_ns(), chunk)
+                endpoint.ring_doorbell(ring)
+                start += len(chunk)
+            return first
 
     def _host_now(self) -> float:
         return self.host_clock.now_ns if self.host_clock is not None else self.transport.now_ns()
@@ -657,6 +710,95 @@ class Driver:
 
     def telemetry(self, device: int) -> dict:
         return self._endpoint(device).telemetry()
+
+
+class ProgramImage:
+    """Recorded commands with their relocation sites (Driver.prepare_program)."""
+    _REPLAYABLE = {abi.Opcode.LAUNCH: 4, abi.Opcode.COPY: None, abi.Opcode.FILL: None}
+
+    def __init__(self, context, templates, sites, n_ranges, kernels):
+        self.context = context
+        self.templates = templates      # commands, fixed ranges relocated
+        self.sites = sites              # [(command index, [(field, arg or -1, range, offset)])]
+        self.n_ranges = n_ranges
+        self.kernels = kernels          # each command's trace name (launch kernel, "copy", "fill")
+
+    def __len__(self) -> int:
+        return len(self.templates)
+
+    @classmethod
+    def build(cls, queue, commands, relocations, fixed_bases):
+        asid = queue.context.asid
+        n_ranges = 1 + max((r[0] for rel in relocations for r in rel if r is not None), default=-1)
+        templates, sites, kernels = [], [], []
+        for command, relocation in zip(commands, relocations, strict=True):
+            op = command[0]
+            if op not in cls._REPLAYABLE or command.asid != asid:
+                raise DriverError(DriverStatus.INVALID_ARGUMENT, f"command {command!r} cannot be replayed")
+            where = command_operand_positions(command)
+            if len(where) != len(relocation):
+                raise DriverError(DriverStatus.INVALID_ARGUMENT,
+                                  f"{len(relocation)} relocations for a command with {len(where)} operands")
+            fields = list(command)
+            args = list(command.args) if op == abi.Opcode.LAUNCH else None
+            patches = []
+            for (field, arg), target in zip(where, relocation):
+                if target is None:
+                    continue
+                r, offset = target
+                if r in fixed_bases:
+                    d = args[arg] if arg >= 0 else fields[field]
+                    moved = _new_tuple(abi.TensorDescriptor, (*d[:3], fixed_bases[r] + offset, *d[4:]))
+                    if arg >= 0:
+                        args[arg] = moved
+                    else:
+                        fields[field] = moved
+                else:
+                    patches.append((field, arg, r, offset))
+            if args is not None:
+                fields[4] = tuple(args)
+            kernels.append(command.kernel if op == abi.Opcode.LAUNCH else ("copy" if op == abi.Opcode.COPY else "fill"))
+            templates.append(_new_tuple(type(command), tuple(fields)))
+            if patches:
+                sites.append((len(templates) - 1, patches))
+        return cls(queue.context, templates, sites, n_ranges, kernels)
+
+    def relocated(self, bases, seqs) -> list:
+        """The commands with ``bases`` applied and fresh seqs from the iterator ``seqs``."""
+        out = list(self.templates)
+        TD = abi.TensorDescriptor
+        for index, patches in self.sites:
+            fields = list(out[index])
+            args = None
+            for field, arg, r, offset in patches:
+                if arg < 0:
+                    d = fields[field]
+                    fields[field] = _new_tuple(TD, (d[0], d[1], d[2], bases[r] + offset, d[4], d[5], d[6]))
+                else:
+                    if args is None:
+                        args = list(fields[field])
+                    d = args[arg]
+                    args[arg] = _new_tuple(TD, (d[0], d[1], d[2], bases[r] + offset, d[4], d[5], d[6]))
+            if args is not None:
+                fields[4] = tuple(args)
+            out[index] = fields
+        return [_new_tuple(type(self.templates[i]), (c[0], next(seqs), *c[2:])) for i, c in enumerate(out)]
+
+
+def command_operand_positions(command) -> list:
+    """(field, arg index or -1) of each device tensor operand of a recorded command, in order."""
+    if command[0] == abi.Opcode.LAUNCH:
+        return [(4, j) for j, a in enumerate(command.args)
+                if type(a) is abi.TensorDescriptor and a.space == abi.MemorySpace.DEVICE]
+    return [(f, -1) for f in (3, 4)[:len(command) - 3]
+            if type(command[f]) is abi.TensorDescriptor and command[f].space == abi.MemorySpace.DEVICE]
+
+
+def command_operands(command) -> list:
+    """(address, in device memory?) of each tensor operand of a recorded command, in order; the
+    device ones are those ``prepare_program``'s relocations list."""
+    fields = command.args if command[0] == abi.Opcode.LAUNCH else command[3:5]
+    return [(a.address, a.space == abi.MemorySpace.DEVICE) for a in fields if type(a) is abi.TensorDescriptor]
 
 
 def _take_free_page(physical, page: int) -> None:

@@ -54,6 +54,13 @@ class DeviceTransport(ABC):
     def write_ring(self, ring_id: int, submit_ns: float, command) -> None:
         """Writes one slot (``submit_ns`` is the host time it was written); no doorbell."""
 
+    def write_ring_many(self, ring_id: int, submit_ns: float, commands) -> None:
+        """Writes consecutive slots in one ring write (a replayed program's command list; the
+        caller checked ``ring_free_slots``); no doorbell. A transport that can copy a block of
+        slots at once overrides it."""
+        for command in commands:
+            self.write_ring(ring_id, submit_ns, command)
+
     @abstractmethod
     def ring_doorbell(self, ring_id: int) -> None: ...
 

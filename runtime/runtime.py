@@ -14,6 +14,7 @@ import threading
 from math import prod
 
 from driver import ELEMENT_SIZE, Driver, DriverError, DriverStatus, TensorRef
+from driver.driver import RECORDED_KINDS as _COMMAND_KINDS, command_operands as _command_operands
 from driver.driver import collective_cost as _driver_collective_cost
 from runtime import errors
 from runtime.allocator import CachingAllocator
@@ -140,6 +141,7 @@ class Runtime:
         # is not valid (a skipped/faulted producer, or a device reset). Empty: one check per launch.
         self._poisoned: dict[tuple[int, int], tuple] = {}
         self._retired_segments: set[tuple[int, int]] = set()  # (device, segment va) to give back
+        self._allocation_logs: dict[int, list] = {}  # thread -> [(malloc?, device, address, nbytes)]
         self._arm_configured_faults()
 
     # -- devices ---------------------------------------------------------
@@ -208,10 +210,18 @@ class Runtime:
                 self.clock.charge_call()
             else:
                 self.clock.charge_cached_alloc()
+            if self._allocation_logs:
+                log_ = self._allocation_logs.get(threading.get_ident())
+                if log_ is not None:
+                    log_.append((True, device, address, nbytes))
             return address
 
     def free(self, device: int, address: int) -> None:
         with self.lock:
+            if self._allocation_logs:
+                log_ = self._allocation_logs.get(threading.get_ident())
+                if log_ is not None:
+                    log_.append((False, device, address, 0))
             state = self._devices.get(device)
             (state if state is not None else self.device(device)).allocator.free(address)
             if self._poisoned:  # the allocation's data is gone with it: so is its poison
@@ -693,59 +703,67 @@ class Runtime:
         system's interconnect): what ``collective`` with the same fields will hold the links for."""
         return collective_cost(self.config.interconnect, op, nbytes, ranks, nodes, hops, algorithm)
 
-    # -- command buffers (torch_plugin/compile: one per compiled graph) -----------
-    # A command recorded into a command buffer costs this fraction of an API call (its descriptor
-    # written into host memory: no per-call validation round trip and no doorbell).
-    COMMAND_ENCODE_FRACTION = 0.1
+    # -- captured programs (torch_plugin/compile: a compiled graph captured once, replayed) ------
+    def begin_capture(self) -> list:
+        """Starts a capture on this thread: returns a timeline list to which, in order, each malloc
+        and free of this thread is appended as (is_malloc, device, address, nbytes) and each
+        command submitted (by any thread) as (stream queue, command). The caller may append its
+        own markers. Commands still run. ``end_capture`` stops it."""
+        with self.lock:
+            timeline: list = []
+            self._allocation_logs[threading.get_ident()] = timeline
+            self.driver.begin_recording(timeline)
+            return timeline
 
-    def command_buffer(self):
-        """``with rt.command_buffer():`` the runtime calls this thread makes inside the block are
-        recorded into one command buffer: the block costs one API call (its submission) and each
-        command COMMAND_ENCODE_FRACTION of one, instead of one API call per command. Commands
-        still reach the rings in order and a synchronising call inside the block still waits,
-        so results, ordering and faults are unchanged: only the modelled host cost differs.
-        Blocks nest (the outermost one submits); other threads are charged as usual."""
-        return _CommandBuffer(self)
+    def end_capture(self) -> None:
+        with self.lock:
+            self.driver.end_recording()
+            self._allocation_logs.pop(threading.get_ident(), None)
 
+    @staticmethod
+    def recorded_operands(command) -> list:
+        """(address, in device memory?) of each tensor operand of a recorded command."""
+        return _command_operands(command)
 
-class _CommandBuffer:
-    """One thread's open command-buffer block (see Runtime.command_buffer)."""
-    _local = threading.local()
-    _owners: set = set()   # threads inside a block (their runtime calls are recorded)
+    @staticmethod
+    def recorded_kind(command) -> str:
+        """"launch", "copy", "fill", or "other" (a fence, a wait, a collective: not replayable)."""
+        return _COMMAND_KINDS.get(command[0], "other")
 
-    def __init__(self, rt: Runtime):
-        self.rt = rt
+    def replay_allowed(self) -> bool:
+        """False while poisoned allocations exist (each launch must then check its operands)."""
+        return not self._poisoned
 
-    def __enter__(self):
-        local, clock = self._local, self.rt.clock
-        depth = getattr(local, "depth", 0)
-        local.depth = depth + 1
-        if depth == 0:
-            with self.rt.lock:
-                clock.charge_call()   # the buffer's submission
-                owners = _CommandBuffer._owners
-                if not owners:        # the clock charges the threads inside a block the encode cost
-                    charge = type(clock).charge_call.__get__(clock)
+    def prepare_program(self, stream: Stream, commands, relocations, fixed_bases=None):
+        """A replayable image of recorded commands (Driver.prepare_program): ``relocations[i]`` has
+        None or (range, offset) per device operand of command i; ranges in ``fixed_bases`` are
+        relocated once, now, the others at each replay."""
+        try:
+            return self.driver.prepare_program(stream.queue, commands, relocations, fixed_bases)
+        except DriverError as err:
+            raise translate_driver_error(err) from err
 
-                    def recorded_charge():
-                        if threading.get_ident() in owners:
-                            clock.charge_encode(1)   # counted in api_ns (host_clock.py)
-                        else:
-                            charge()
-                    clock.charge_call = recorded_charge
-                owners.add(threading.get_ident())
-        return self
-
-    def __exit__(self, *exc):
-        local = self._local
-        local.depth -= 1
-        if local.depth == 0:
-            with self.rt.lock:
-                owners = _CommandBuffer._owners
-                owners.discard(threading.get_ident())
-                if not owners:
-                    self.rt.clock.__dict__.pop("charge_call", None)
-        return False
+    def replay(self, stream: Stream, image, bases) -> int | None:
+        """Submits a prepared program on ``stream``: one API call (the submission) plus
+        ``host.command_encode_ns`` per command, one ring write and one doorbell. Returns the
+        first command's seq, or None when the caller must run the program op by op instead
+        (poisoned allocations exist: each launch then checks its operands)."""
+        with self.lock:
+            if self._poisoned:
+                return None
+            self.clock.charge_call()   # the submission
+            fault = stream.queue.context.fault
+            if fault is not None:
+                raise translate_driver_error(fault) from fault
+            self.clock.charge_encode(len(image))
+            try:
+                seq = self.driver.submit_program(stream.queue, image, bases)
+            except DriverError as err:
+                raise translate_driver_error(err) from err
+            stream.dirty = True
+            if self.launch_blocking:
+                self.stream_synchronize(stream)
+            return seq
 
 
 _runtime: Runtime | None = None

@@ -1,9 +1,9 @@
 """An FX graph (aten level, after aot_autograd and the core-aten decompositions) lowered to a
-device program: a list of steps run in graph order inside one ``Runtime.command_buffer()``:
-every command the graph issues (its fused kernels and the kernels of the ops it runs through the
-dispatcher) is recorded into one command buffer and submitted at once, so the host pays one
-submission plus a small per-command encode cost instead of one API call per launch. Nothing
-synchronises in between (the device runs the commands at the next synchronising call).
+device program: a list of steps in graph order. The first call (and the first call with another
+input layout) runs the steps op by op and captures the commands they issue (replay.py); later
+calls replay the capture: each segment of commands in one ring write and one doorbell, with no
+Python per op. Nothing synchronises in between (the device runs the commands at the next
+synchronising call).
 
 Steps:
   ``fused``     a chain of elementwise ops, ONE ``fused_pointwise`` launch (fusion.py);
@@ -23,7 +23,7 @@ import operator
 import torch
 from torch.fx import GraphModule, Node
 
-from torch_plugin.compile import fusion
+from torch_plugin.compile import fusion, replay, stats
 from torch_plugin.compile.fusion import value_of
 from torch_plugin.ops import registry
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, current_stream, device_ref, \
@@ -98,6 +98,9 @@ class DeviceProgram:
         self._find_constants()
         self._plan()
         self._first_run = True
+        self._capture = None            # replay.Capture of the last input layout (built on a call)
+        self.replays = 0
+        self.replay_enabled = True
         # aot_autograd calls it with one list of inputs (and lets it clear the list); an instance
         # attribute, so that the wrappers aot puts around it (functools.wraps) copy it
         self._boxed_call = True
@@ -358,9 +361,9 @@ class DeviceProgram:
             step.free_after = tuple(r for r in step.reads if last_use.get(r) == i and r not in outputs)
 
     def _output(self, step, env, shape, dtype, device, inputs):
-        if step.slot is None:
+        if step.slot is None or "__slots__" not in env:
             return empty_like_layout(shape, dtype, device, *inputs)
-        slots = env["__slots__"]
+        slots = env["__slots__"]  # (a capture run has none: its intermediates go to the pool)
         n = 1
         for s in shape:
             n *= s
@@ -379,27 +382,51 @@ class DeviceProgram:
         return self.run(list(args))
 
     def run(self, args: list):
+        sig = replay.signature(args) if self.replay_enabled else None
+        capture = self._capture
+        if capture is not None and sig is not None and capture.signature == sig and capture.refused is None \
+                and current_stream(sig[0]) is capture.stream and rt().replay_allowed():
+            self.replays += 1
+            stats.note_replay(capture)
+            return capture.replay(args)
+        first = self._first_run
+        if first:
+            before = sum(registry.op_stats()[registry.HOST_FALLBACK].values())
+        if sig is not None and rt().replay_allowed() and (capture is None or capture.signature != sig):
+            self._capture = None   # a new capture (another input layout): the old pool is released
+            outputs, self._capture = replay.Capture.run_and_capture(self, args, sig)
+            stats.note_capture(self._capture)
+        else:
+            outputs = self._interpret(args)
+        if first:
+            self._first_run = False
+            stats.note_outside_program(sum(registry.op_stats()[registry.HOST_FALLBACK].values()) - before)
+        return outputs
+
+    def _interpret(self, args: list):
+        """Runs the steps op by op, through the dispatcher."""
         env = {"__slots__": {}}
         for node, value in zip(self.placeholders, args):
             env[node] = value
         args.clear()  # boxed calling convention: the program owns its inputs now
-        first = self._first_run
-        if first:
-            before = sum(registry.op_stats()[registry.HOST_FALLBACK].values())
-        with rt().command_buffer():   # the graph's commands: one command buffer, submitted at once
-            for step in self.steps:
-                if step.kind.startswith("constant_"):
-                    value = self._constants.get(step.node, _MISSING)
-                    if value is _MISSING:
-                        value = self._constants[step.node] = step.fn(env)
-                    env[step.node] = value
-                else:
-                    env[step.node] = step.fn(env)
-                for r in step.free_after:
-                    del env[r]
-        if first:
-            self._first_run = False
-            from torch_plugin.compile import stats
-            stats.note_outside_program(sum(registry.op_stats()[registry.HOST_FALLBACK].values()) - before)
+        for step in self.steps:
+            if step.kind.startswith("constant_"):
+                env[step.node] = self._constant_value(step, env)
+            else:
+                env[step.node] = step.fn(env)
+            for r in step.free_after:
+                del env[r]
+        return self._outputs(env)
+
+    def _constant_value(self, step, env):
+        value = self._constants.get(step.node, _MISSING)
+        if value is _MISSING:
+            value = self._constants[step.node] = step.fn(env)
+        return value
+
+    def _attr_values(self) -> list:
+        return [step.fn({}) for step in self.steps if step.kind == "attr"]
+
+    def _outputs(self, env):
         return _resolve(self.output_args, env) if not isinstance(self.output_args, (list, tuple)) else \
             [_resolve(a, env) for a in self.output_args]

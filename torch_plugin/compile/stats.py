@@ -10,6 +10,12 @@ aten_ops          ops the programs run through the dispatcher (their own kernels
 planned_buffers   fused results given a planned slot; buffer_slots: the slots they share
 constant_steps    steps that depend on no graph input, computed in the first run and kept
 outside_program   op instances that ran outside the device (host fallback) in a program's first run
+captures          programs captured (first call, and each call with another input layout)
+refused_captures  of those, captures that cannot be replayed (the program then runs op by op)
+segments          replayable command lists in the captured programs; boundaries: the steps
+                  between them that run op by op at every replay (replay.py says why)
+captured_commands commands in the segments; pool_bytes: the captured programs' pools
+replays           calls served by a replay; replayed_segments: ring writes they made
 """
 from __future__ import annotations
 
@@ -38,9 +44,26 @@ def note_outside_program(n: int) -> None:
         _counts["outside_program"] += n
 
 
+def note_capture(capture) -> None:
+    with _lock:
+        _counts["captures"] += 1
+        _counts["refused_captures"] += capture.refused is not None
+        _counts["segments"] += capture.segments
+        _counts["boundaries"] += len(capture.boundaries)
+        _counts["captured_commands"] += capture.commands
+        _counts["pool_bytes"] += capture.pool_bytes
+
+
+def note_replay(capture) -> None:
+    with _lock:
+        _counts["replays"] += 1
+        _counts["replayed_segments"] += capture.segments
+
+
 def compile_stats() -> dict:
     keys = ("graphs_compiled", "recompiles", "graph_breaks", "fused_kernels", "fused_ops", "epilogues", "aten_ops",
-            "planned_buffers", "buffer_slots", "constant_steps", "outside_program")
+            "planned_buffers", "buffer_slots", "constant_steps", "outside_program", "captures", "refused_captures",
+            "segments", "boundaries", "captured_commands", "pool_bytes", "replays", "replayed_segments")
     with _lock:
         result = {k: _counts.get(k, 0) for k in keys}
     result["graph_breaks"] = _dynamo_graph_breaks() - _graph_breaks_at_reset
