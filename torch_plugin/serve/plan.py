@@ -60,8 +60,8 @@ class Plan:
     seq_len: int
     chunk: int
     activation_bytes: int
+    engine_bytes_at_fit: int
     device_capacity_bytes: int
-    kv_budget_bytes: int
     fits_tokens: int
     fits_sequences: int
 
@@ -129,26 +129,68 @@ def pages(tokens: int, page_size: int) -> int:
     return -(-tokens // page_size)
 
 
+def _rounded(nbytes: int) -> int:
+    from runtime.allocator import rounded_size
+    return rounded_size(nbytes)
+
+
+def cache_bytes(shape: ModelShape, tokens: int, page_size: int) -> int:
+    """The paged cache tensor of ``tokens`` (whole pages) as the allocator holds it: the pages, and
+    transformers' two trash sectors (a sector: one page of every layer, aligned to 128 bytes)."""
+    page = page_size * kv_bytes_per_token(shape)
+    sector = page * 128 // math.gcd(page, 128)
+    return _rounded(tokens * kv_bytes_per_token(shape) + 2 * sector)
+
+
+def engine_bytes(shape: ModelShape, tokens: int, batch_tokens: int, requests: int) -> int:
+    """The engine's static tensors beside the cache (transformers' ContinuousBatchingIOs, SDPA path):
+    the varlen attention mask [batch tokens, cache tokens + batch tokens] in the model's dtype, the
+    int32 bulk inputs (7 rows of batch tokens + 1 rounded to 32) and output ids, the int64 write index (batch tokens) and read index (cache + batch tokens),
+    each rounded to the allocator's block (the block table is empty without flash attention, and
+    greedy decoding has no logits processor tensors). ``requests`` bounds the per-request rows, which live inside the bulk tensor."""
+    del requests
+    m = batch_tokens
+    mask = m * (tokens + m) * shape.itemsize
+    bulk = 7 * (-(-(m + 1) // 32) * 32) * 4
+    return sum(_rounded(n) for n in (mask, bulk, (m + 1) * 4, m * 8, (tokens + m) * 8))
+
+
 def activation_bytes(shape: ModelShape, query_tokens: int, kv_tokens: int, sequences: int) -> int:
-    """Estimated peak bytes one step allocates above the weights and the cache, one decoder layer at
-    a time: per query token the residual, the normed input, q, k, v and their rotated copies, the
-    attention output and the SwiGLU MLP's gate, up and product (3 x intermediate); the layer's K
-    and V read back from the cache for the ``kv_tokens`` the step attends to; the varlen batch's
-    mask (query x kv tokens); then each sequence's last-position logits in the model's dtype and in
-    float32 (the argmax's input)."""
+    """Estimated peak bytes one step allocates above the weights, the cache and the engine's static
+    tensors, one decoder layer at a time: per query token the residual, the normed input, q, k, v
+    and their rotated copies, the attention output and the SwiGLU MLP's gate, up and product (3 x
+    intermediate); per token it attends to, the layer's K and V read back from the cache and their
+    copies repeated to the query heads (transformers' SDPA path repeats them when it has a mask,
+    which the varlen batch always has); then each sequence's last-position logits in the model's
+    dtype and in float32 (the argmax's input)."""
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     per_token = 3 * shape.hidden + 3 * q + 4 * kv + 3 * shape.intermediate
-    elements = query_tokens * per_token + kv_tokens * 2 * kv + query_tokens * kv_tokens
+    elements = query_tokens * per_token + kv_tokens * 2 * (kv + q)
     return elements * shape.itemsize + sequences * shape.vocab * (shape.itemsize + 4)
 
 
 def step_activations(shape: ModelShape, batch: int, seq_len: int, chunk: int) -> int:
-    """The larger of a decode step of ``batch`` sequences at ``seq_len`` tokens of context and a
-    prefill chunk of ``chunk`` tokens (transformers' max_batch_tokens) of one sequence."""
-    decode = activation_bytes(shape, batch, batch * seq_len, batch)
-    prefill_tokens = min(chunk, batch * seq_len)
-    prefill = activation_bytes(shape, prefill_tokens, prefill_tokens, 1)
-    return max(decode, prefill)
+    """A step of ``chunk`` query tokens (the engine's max_batch_tokens, or fewer when the batch has
+    fewer tokens) over ``batch`` sequences of ``seq_len`` tokens of context."""
+    return activation_bytes(shape, min(chunk, batch * seq_len), batch * seq_len, batch)
+
+
+def fits_tokens(shape: ModelShape, capacity: int, weights: int, page_size: int, chunk: int, batch: int) -> int:
+    """The most cache tokens (whole pages) for which the weights, the cache, the engine's tensors
+    and the worst step (``chunk`` query tokens attending to the whole cache) fit ``capacity``."""
+    def need(tokens):
+        return (weights + cache_bytes(shape, tokens, page_size) + engine_bytes(shape, tokens, chunk, batch)
+                + activation_bytes(shape, chunk, tokens + chunk, batch))
+    lo, hi = 0, max(1, capacity // kv_bytes_per_token(shape) // page_size + 1)
+    if need(0) > capacity:
+        return 0
+    while lo < hi:   # need() grows with the pages: the largest count that fits
+        mid = (lo + hi + 1) // 2
+        if need(mid * page_size) <= capacity:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * page_size
 
 
 def make_plan(model, name: str, dtype_name: str, capacity: int, batch: int, seq_len: int,
@@ -157,12 +199,12 @@ def make_plan(model, name: str, dtype_name: str, capacity: int, batch: int, seq_
     parameters, weights = weights_bytes(model)
     per_token = kv_bytes_per_token(shape)
     activations = step_activations(shape, batch, seq_len, chunk)
-    budget = max(0, capacity - weights - activations)
-    fit_pages = budget // (per_token * page_size)
+    tokens = fits_tokens(shape, capacity, weights, page_size, chunk, batch)
+    engine = engine_bytes(shape, tokens, chunk, batch)
     return Plan(model=name, dtype=dtype_name, parameters=parameters, weights_bytes=weights,
                 kv_bytes_per_token=per_token, page_size=page_size, batch=batch, seq_len=seq_len, chunk=chunk,
-                activation_bytes=activations, device_capacity_bytes=capacity, kv_budget_bytes=budget,
-                fits_tokens=fit_pages * page_size, fits_sequences=fit_pages // pages(seq_len, page_size))
+                activation_bytes=activations, engine_bytes_at_fit=engine, device_capacity_bytes=capacity,
+                fits_tokens=tokens, fits_sequences=tokens // (pages(seq_len, page_size) * page_size))
 
 
 def _size(n: float) -> str:
@@ -179,11 +221,12 @@ def format_plan(p: Plan, preset: str) -> str:
              f"  weights:              {_size(p.weights_bytes):>12}",
              f"  KV cache per token:   {_size(p.kv_bytes_per_token):>12}   "
              f"(a page of {p.page_size} tokens: {_size(p.kv_bytes_per_token * p.page_size)})",
-             f"  activations of a step: {_size(p.activation_bytes):>11}   (decode of {p.batch} x {p.seq_len} tokens, "
-             f"or a prefill chunk of {p.chunk} tokens)",
-             f"  left for the KV cache: {_size(p.kv_budget_bytes):>11}",
-             f"  fits: {p.fits_tokens} tokens of KV cache = {p.fits_sequences} sequences of {p.seq_len} tokens "
-             f"({seq_pages} pages each)"]
+             f"  activations of a step: {_size(p.activation_bytes):>11}   ({min(p.chunk, p.batch * p.seq_len)} query "
+             f"tokens over {p.batch} sequences of {p.seq_len} tokens)",
+             f"  fits: the weights, the cache, the engine's tensors ({_size(p.engine_bytes_at_fit)}: the varlen "
+             f"mask, indices, ids) and a step of {p.chunk} query tokens over the whole cache:",
+             f"        {p.fits_tokens} tokens of KV cache ({_size(p.fits_tokens * p.kv_bytes_per_token)}) = "
+             f"{p.fits_sequences} sequences of {p.seq_len} tokens ({seq_pages} pages each)"]
     if p.fits_sequences < p.batch:
         lines.append(f"  note: a batch of {p.batch} sequences of {p.seq_len} tokens does not fit "
                      f"({p.fits_sequences} do)")
