@@ -182,12 +182,11 @@ def main(argv=None) -> int:
         raise SystemExit(f"--prompt/--output: {longest} tokens exceed the model's max_position_embeddings "
                          f"({shape.max_positions})")
     num_blocks = args.num_blocks
-    if num_blocks is None:
+    if num_blocks is None:   # the plan's pages in the memory left after the model, capped at what can be used
         free, _ = torch.emu.mem_get_info()
-        budget = free - plan.step_activations(shape, args.max_requests_per_batch, longest, args.max_batch_tokens)
-        fit = max(1, budget // (plan.kv_bytes_per_token(shape) * args.page_size))
+        fit = plan.fits_tokens(shape, free, 0, args.page_size, args.max_batch_tokens, args.max_requests_per_batch)
         want = min(args.requests, args.max_requests_per_batch) * plan.pages(longest, args.page_size) + 1
-        num_blocks = int(min(fit, want))
+        num_blocks = int(max(1, min(fit // args.page_size, want)))
     requests = request_stream(args.requests, args.rate, prompt, output, shape.vocab, args.seed)
     bar = None
     if not args.no_progress:
