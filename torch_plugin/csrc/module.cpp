@@ -4,6 +4,7 @@
 
 #include <ATen/core/Generator.h>
 #include <torch/csrc/utils/pybind.h> // type casters for at::Generator
+#include <torch/version.h>           // TORCH_VERSION_MAJOR/MINOR of the headers this core is built against
 
 #include <limits>
 #include <map>
@@ -23,6 +24,9 @@ c10::DeviceIndex to_index(int device) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "C++ core of the emu PrivateUse1 backend (forwards to a Python bridge)";
+  // The torch series this core was compiled against: torch's C++ ABI changes between minor
+  // releases, so torch_plugin refuses to register beside another one (torch_plugin/_compat.py).
+  m.attr("_built_with_torch") = py::make_tuple(TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR);
 
   // Hooks are registered at import rather than at static-init time so that a
   // library merely loaded (not imported) does not claim PrivateUse1.
