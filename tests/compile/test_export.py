@@ -179,3 +179,84 @@ def test_symbolic_shapes_fake_execution_for_zoo_models(name):
     smaller = tuple(a.narrow(dim, 0, 3 if a.shape[dim] > 3 else 2) for a in args)
     with torch.no_grad():
         torch.testing.assert_close(ep.module()(*smaller).cpu(), Forward()(*smaller).cpu(), **spec.forward_tol)
+
+
+def _check(path, autoload):
+    """`python torch_plugin/export.py check PATH` in a fresh process, the plugin autoloaded or not."""
+    env = dict(os.environ, EMU_PRESET="tiny", TORCH_DEVICE_BACKEND_AUTOLOAD="1" if autoload else "0")
+    return subprocess.run([sys.executable, str(ROOT / "torch_plugin" / "export.py"), "check", str(path)],
+                          cwd=path.parent, env=env, capture_output=True, text=True, timeout=120)
+
+
+def _rewrite_model(src, dst, edit):
+    """Copies an archive with ``edit(program_dict)`` applied to its serialized program(s)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if "/models/" in item.filename and item.filename.endswith(".json"):
+                program = json.loads(data)
+                edit(program)
+                data = json.dumps(program).encode()
+            zout.writestr(item, data)
+
+
+def test_plain_torch_export_save_archive_is_diagnosed(tmp_path):
+    """An archive written by torch.export.save (no compatibility record) that calls an emu:: operator:
+    where the plugin is not loaded, the check names the operator and the package (it used to say
+    "loadable here"); where it is loaded, it is loadable and loads."""
+    ep = torch.export.export(NormModel().to(EMU).cpu(), (torch.randn(3, 8), torch.randn(3, 8)))
+    torch.export.save(ep, tmp_path / "plain.pt2")
+    info = emu_export.inspect_archive(tmp_path / "plain.pt2")
+    assert info.record is None and info.emu_tensors == 0 and info.torch_version == torch.__version__
+    assert info.operators == ("emu::fused_add_rms_norm.default", "emu::row_normalize.default")
+    without = _check(tmp_path / "plain.pt2", autoload=False)
+    assert without.returncode == 1, without.stdout + without.stderr[-2000:]
+    assert "loadable" not in without.stdout
+    assert "emu::fused_add_rms_norm.default" in without.stdout and "'seed-emu'" in without.stdout
+    with_plugin = _check(tmp_path / "plain.pt2", autoload=True)
+    assert with_plugin.returncode == 0, with_plugin.stdout + with_plugin.stderr[-2000:]
+    assert "loadable here" in with_plugin.stdout and "no compatibility record" in with_plugin.stdout
+    assert emu_export.diagnose(tmp_path / "plain.pt2") == []
+    args = (torch.randn(3, 8), torch.randn(3, 8))   # exported with static shapes
+    torch.testing.assert_close(emu_export.load(tmp_path / "plain.pt2").module()(*args), ep.module()(*args))
+
+
+def test_emu_device_tensors_in_a_plain_archive_are_named(tmp_path):
+    """Weights saved on the emu device (plain torch.export.save, no emu:: operator) need the device:
+    the check says so where the plugin is absent."""
+    model = torch.nn.Linear(4, 3).to(EMU)
+    torch.export.save(torch.export.export(model, (torch.randn(2, 4, device=EMU),)), tmp_path / "lin.pt2")
+    info = emu_export.inspect_archive(tmp_path / "lin.pt2")
+    assert info.operators == () and info.emu_tensors > 0
+    without = _check(tmp_path / "lin.pt2", autoload=False)
+    assert without.returncode == 1 and "on the emu device" in without.stdout, without.stdout + without.stderr[-2000:]
+    assert "'seed-emu'" in without.stdout
+    assert emu_export.diagnose(tmp_path / "lin.pt2") == []   # here the device is registered
+
+
+def test_other_torch_and_operator_set_versions_name_both(tmp_path):
+    ep = torch.export.export(NormModel().to(EMU).cpu(), (torch.randn(3, 8), torch.randn(3, 8)))
+    torch.export.save(ep, tmp_path / "plain.pt2")
+    # a record-less archive from another torch: the program's own torch_version field is read
+    _rewrite_model(tmp_path / "plain.pt2", tmp_path / "old.pt2", lambda p: p.update(torch_version="2.9.1"))
+    (problem,) = emu_export.diagnose(tmp_path / "old.pt2")
+    assert "written by torch 2.9.1" in problem and f"runs torch {torch.__version__}" in problem
+    with pytest.raises(emu_export.ExportCompatibilityError, match="written by torch 2.9.1"):
+        emu_export.load(tmp_path / "old.pt2")
+
+    # an operator of a newer operator set, with the plugin registered: both operator-set versions named
+    def newer_op(program):
+        for node in program["graph_module"]["graph"]["nodes"]:
+            if node["target"] == "torch.ops.emu.row_normalize.default":
+                node["target"] = "torch.ops.emu.row_normalize_v9.default"
+    emu_export.save(ep, tmp_path / "rec.pt2")
+    _rewrite_model(tmp_path / "rec.pt2", tmp_path / "newer_op.pt2", newer_op)
+    _rewrite_record(tmp_path / "newer_op.pt2", tmp_path / "newer.pt2", plugin_version="9.0",
+                    operator_set_version=emu_export.OPERATOR_SET_VERSION + 1,
+                    operators=["emu::row_normalize_v9.default"])
+    problems = emu_export.diagnose(tmp_path / "newer.pt2")
+    assert any("emu::row_normalize_v9.default" in p and f"operator set version {emu_export.OPERATOR_SET_VERSION}"
+               in p and f"operator set version {emu_export.OPERATOR_SET_VERSION + 1} (plugin 9.0)" in p
+               for p in problems), problems
+    with pytest.raises(emu_export.MissingOperatorError, match="upgrade seed-emu"):
+        emu_export.load(tmp_path / "newer.pt2")
