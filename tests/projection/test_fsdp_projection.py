@@ -1,10 +1,15 @@
 """FSDP2 in projection mode: ``torchrun -m torch_plugin.project --fsdp 2 --train`` on a tiny llama
 config (h200x8, 2 ranks). Each rank holds its shard of the parameters, the AdamW state is counted
 in its peak memory, the step's all_gathers and reduce_scatters are timed by the interconnect model
-and move no data, and the train step's timeline is the functional mode's on every rank."""
+and move no data, and the train step's timeline is the functional mode's on every rank; FSDP2
+over TP ranks (a 2-D mesh of 4) runs; without torchrun the CLI says what it needs."""
 import math
+import os
+import subprocess
+import sys
 
-from torchrun_jobs import TINY_LLAMA, assert_same_timeline, cli, step
+from test_tp_projection import tp_local_parameter_bytes
+from torchrun_jobs import ROOT, TINY_LLAMA, TINY_LLAMA_ARG, assert_same_timeline, cli, step
 
 BF16 = 2
 
@@ -42,3 +47,23 @@ def test_cli_projects_an_fsdp2_train_step(tmp_path):
 
 def test_fsdp2_train_step_timeline_is_identical_in_both_modes(tmp_path):
     assert_same_timeline(step(tmp_path, "fsdp", "functional"), step(tmp_path, "fsdp", "projection"))
+
+
+def test_cli_projects_fsdp2_over_tensor_parallel_ranks(tmp_path):
+    """--fsdp 2 --tp 2: a 2-D mesh of 4 ranks; each rank holds a quarter of the split weights."""
+    r = cli(tmp_path, "--fsdp", "2", "--tp", "2", "--prefill", "16", "--train", nproc=4)
+    assert "4 ranks (fsdp 2 x tp 2)" in r["stdout"]
+    tp_shard = tp_local_parameter_bytes(TINY_LLAMA, 2)
+    # FSDP halves each TP shard (dim 0, rounded up: a few rows of padding at most)
+    assert all(tp_shard / 2 <= b <= tp_shard / 2 + 4096 for b in r["local_parameter_bytes_per_rank"]), r
+    assert {"all_gather", "reduce_scatter", "all_reduce"} <= set(r["collectives_train"])
+    assert r["train_step_s"] > 0 and r["collective_host_copy_bytes"] == 0
+
+
+def test_cli_without_torchrun_names_what_it_needs(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    proc = subprocess.run([sys.executable, "-m", "torch_plugin.project", "--model", "llama", "--config",
+                           TINY_LLAMA_ARG, "--tp", "2"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env=env)
+    assert proc.returncode != 0
+    assert "run under torchrun with 2 ranks" in proc.stderr and "no torchrun environment" in proc.stderr
