@@ -191,7 +191,7 @@ class _RuntimeHooks:
     """Wraps the runtime's launch, memcpy and synchronize methods on the runtime object while
     at least one telemetry block is open (instance attributes that shadow the methods; removed
     when the last block closes, so the hot path pays nothing otherwise)."""
-    _METHODS = ("launch", "memcpy", "memset", "collective", "stream_synchronize", "event_synchronize",
+    _METHODS = ("launch", "memcpy", "memset", "collective", "replay", "stream_synchronize", "event_synchronize",
                 "device_synchronize")
 
     def __init__(self):
@@ -277,6 +277,17 @@ class _RuntimeHooks:
             note_command(seq, kernel, t0)
             return seq
 
+        replay = cls.replay.__get__(rt)
+
+        def hooked_replay(stream, image, bases):
+            # A compiled program's segment: its commands take consecutive seqs from the first one.
+            t0 = clock.now_ns
+            first = replay(stream, image, bases)
+            if first is not None:
+                for offset, name in enumerate(image.kernels):
+                    note_command(first + offset, name, t0)
+            return first
+
         def synchronizing(name, method):
             def hooked(*args, **kwargs):
                 depth = getattr(local, "depth", 0)
@@ -295,6 +306,7 @@ class _RuntimeHooks:
             return hooked
 
         rt.launch, rt.memcpy, rt.memset, rt.collective = hooked_launch, hooked_memcpy, hooked_memset, hooked_collective
+        rt.replay = hooked_replay
         for name in ("stream_synchronize", "event_synchronize", "device_synchronize"):
             setattr(rt, name, synchronizing(name, getattr(cls, name).__get__(rt)))
 
