@@ -51,6 +51,11 @@ class ElementType(IntEnum):
     COMPLEX64 = 13     # two float32: real, imaginary
     COMPLEX128 = 14    # two float64: real, imaginary
     COMPLEX32 = 15     # two float16: real, imaginary (torch.chalf)
+    # float8 (one byte): storage and conversions; the quantized matrix kernels read them.
+    FLOAT8_E4M3FN = 16     # 4 exponent bits, 3 mantissa, no inf (saturating conversion)
+    FLOAT8_E5M2 = 17       # IEEE-like: inf and NaN
+    FLOAT8_E4M3FNUZ = 18   # no inf, no -0: 0x80 is the only NaN
+    FLOAT8_E5M2FNUZ = 19
 
 
 # Bytes per element, and the name of each type (the torch dtype it carries has the same name).
@@ -60,7 +65,9 @@ ELEMENT_SIZE = {int(ElementType.BOOL): 1, int(ElementType.UINT8): 1, int(Element
                 int(ElementType.FLOAT16): 2, int(ElementType.BFLOAT16): 2, int(ElementType.FLOAT32): 4,
                 int(ElementType.FLOAT64): 8, int(ElementType.UINT16): 2, int(ElementType.UINT32): 4,
                 int(ElementType.UINT64): 8, int(ElementType.COMPLEX64): 8, int(ElementType.COMPLEX128): 16,
-                int(ElementType.COMPLEX32): 4}
+                int(ElementType.COMPLEX32): 4, int(ElementType.FLOAT8_E4M3FN): 1,
+                int(ElementType.FLOAT8_E5M2): 1, int(ElementType.FLOAT8_E4M3FNUZ): 1,
+                int(ElementType.FLOAT8_E5M2FNUZ): 1}
 ELEMENT_NAMES = {int(t): t.name.lower() for t in ElementType}
 
 

@@ -5,8 +5,9 @@ each is named like the torch dtype it carries.
 
 ``SUPPORTED``: the dtypes the device's arithmetic kernels take (ops check their operands
 against it). ``STORABLE``: every dtype the device can hold, copy, convert and fill
-(``SUPPORTED`` plus the storage-only uint16/uint32/uint64/complex32/complex64/complex128); arithmetic on
-those is not a device kernel.
+(``SUPPORTED`` plus the storage-only uint16/uint32/uint64/complex32/complex64/complex128 and the four
+float8 types); arithmetic on those is not a device kernel (float8 GEMMs: torch._scaled_mm,
+ops/quantized.py).
 """
 import torch
 
@@ -14,7 +15,9 @@ import runtime
 
 TO_CODE = {getattr(torch, name): code for code, name in runtime.ELEMENT_NAMES.items()}
 STORABLE = frozenset(TO_CODE)
-STORAGE_ONLY = frozenset({torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.complex64, torch.complex128})
+FLOAT8 = frozenset({torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz})
+STORAGE_ONLY = frozenset({torch.uint16, torch.uint32, torch.uint64, torch.complex32, torch.complex64,
+                          torch.complex128}) | FLOAT8
 SUPPORTED = STORABLE - STORAGE_ONLY
 FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})

@@ -132,7 +132,11 @@ cdef enum:
     DT_COMPLEX64 = 13
     DT_COMPLEX128 = 14
     DT_COMPLEX32 = 15   # two float16 (torch.chalf)
-    NUM_DTYPES = 16
+    DT_FLOAT8_E4M3FN = 16     # float8 storage types (_float8.pxi)
+    DT_FLOAT8_E5M2 = 17
+    DT_FLOAT8_E4M3FNUZ = 18
+    DT_FLOAT8_E5M2FNUZ = 19
+    NUM_DTYPES = 20
 
 cdef enum:
     MAX_RANK = 64    # torch's own limit of dim lists (dim bitsets); every user of MAX_RANK arrays checks it first
@@ -152,7 +156,8 @@ cdef inline Py_ssize_t itemsize_of(int dt) noexcept nogil:
 
 _DTYPE_NAMES = ("bool", "uint8", "int8", "int16", "int32", "int64",
                 "float16", "bfloat16", "float32", "float64",
-                "uint16", "uint32", "uint64", "complex64", "complex128", "complex32")
+                "uint16", "uint32", "uint64", "complex64", "complex128", "complex32",
+                "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz")
 
 # Scratch element types for the block converters.
 ctypedef fused acc_t:
@@ -163,6 +168,10 @@ ctypedef fused acc_t:
 
 cdef inline bint is_floating(int dt) noexcept nogil:
     return DT_FLOAT16 <= dt <= DT_FLOAT64
+
+
+cdef inline bint is_float8(int dt) noexcept nogil:
+    return DT_FLOAT8_E4M3FN <= dt <= DT_FLOAT8_E5M2FNUZ
 
 
 cdef int check_dtype(object dt, str what) except -1:

@@ -15,13 +15,16 @@ follow those C conversions (torch's AVX2 path for contiguous float -> uint32
 differs outside [-2**31, 2**32); see docs/operators.md). complex -> real takes
 the real part, real -> complex sets the imaginary part to +0.0, complex ->
 complex converts each part, complex -> bool is (re != 0 or im != 0).
+The float8 types convert through float32 with CPU's rounding and saturation
+(_float8.pxi).
 
 Left out: overlapping source/destination with different layouts (undefined,
-as for PyTorch's copy_ of overlapping tensors), float8 dtypes, and any
-timing -- the cost model lives in library.py.
+as for PyTorch's copy_ of overlapping tensors), and any timing -- the cost
+model lives in library.py.
 """
 
 include "_common.pxi"
+include "_float8.pxi"
 
 cdef extern from *:
     """
@@ -59,7 +62,9 @@ cdef void _load(const char* p, Py_ssize_t s, int dt, Py_ssize_t n, acc_t* out) n
     """load_block, plus the wide unsigned types (uint64 into int64 keeps the bits; into
     float/double it converts the unsigned value)."""
     cdef Py_ssize_t i
-    if dt == DT_UINT16:
+    if is_float8(dt):
+        f8_load(p, s, dt, n, out)
+    elif dt == DT_UINT16:
         for i in range(n):
             out[i] = <acc_t>ek_ld_u16(p + i * s)
     elif dt == DT_UINT32:
@@ -75,7 +80,9 @@ cdef void _load(const char* p, Py_ssize_t s, int dt, Py_ssize_t n, acc_t* out) n
 cdef void _store(const acc_t* v, Py_ssize_t n, int dt, char* p, Py_ssize_t s) noexcept nogil:
     """store_block, plus the wide unsigned types (from int64: wraps; from floating: x86's casts)."""
     cdef Py_ssize_t i
-    if dt == DT_UINT16:
+    if is_float8(dt):
+        f8_store(v, n, dt, p, s)
+    elif dt == DT_UINT16:
         for i in range(n):
             if acc_t is int64_t:
                 ek_st_u16(p + i * s, <uint16_t>v[i])
@@ -131,10 +138,13 @@ cdef void _copy_rows(NdIter* it, char** ptrs, int ddt, int sdt) noexcept nogil:
     # own type: integers via int64 (exact, wraps on narrowing), float64 via double, the 16/32-bit
     # floats via float (exact widening). uint64 to a floating type converts the unsigned value
     # straight to float (float32, float16, bfloat16: float32 first, as c10 does) or to double.
-    cdef bint u64_to_float = sdt == DT_UINT64 and is_floating(ddt)
+    # float8 converts through float32 both ways.
+    cdef bint u64_to_float = sdt == DT_UINT64 and (is_floating(ddt) or is_float8(ddt))
     while True:
         if ddt == sdt:
             _copy_same(ptrs[0], ds, ptrs[1], ss, n, itemsize_of(ddt))
+        elif ddt == DT_FLOAT16 and is_float8(sdt):
+            f8_to_half(ptrs[1], ss, sdt, n, ptrs[0], ds)
         else:
             j = 0
             while j < n:
@@ -146,7 +156,7 @@ cdef void _copy_rows(NdIter* it, char** ptrs, int ddt, int sdt) noexcept nogil:
                     else:
                         _load(ptrs[1] + j * ss, ss, sdt, m, fbuf)
                         _store(fbuf, m, ddt, ptrs[0] + j * ds, ds)
-                elif not is_floating(sdt):
+                elif not is_floating(sdt) and not is_float8(sdt):
                     _load(ptrs[1] + j * ss, ss, sdt, m, ibuf)
                     _store(ibuf, m, ddt, ptrs[0] + j * ds, ds)
                 elif sdt == DT_FLOAT64:
@@ -306,6 +316,9 @@ cdef int encode_scalar(object value, int dt, char* elem, str what) except -1:
         _store(&iv, 1, dt, elem, 0)
         return 0
     dv = float(value)
+    if is_float8(dt):
+        _store(&dv, 1, dt, elem, 0)   # through float32, CPU's rounding and saturation
+        return 0
     if not is_floating(dt):
         if dv != dv or dv in (float("inf"), float("-inf")):
             raise KernelArgumentError(f"{what}: cannot store {value!r} in an integer dtype")

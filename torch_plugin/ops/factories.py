@@ -14,6 +14,10 @@ import torch
 from torch_plugin.ops._common import check_dtype, check_storable, current_stream, device_ref, rt
 
 
+_FLOAT8_C10 = {torch.float8_e4m3fn: "c10::Float8_e4m3fn", torch.float8_e5m2: "c10::Float8_e5m2",
+               torch.float8_e4m3fnuz: "c10::Float8_e4m3fnuz", torch.float8_e5m2fnuz: "c10::Float8_e5m2fnuz"}
+
+
 def _overflow(dtype):
     return RuntimeError(f"value cannot be converted to type {dtype} without overflow")
 
@@ -77,6 +81,11 @@ def _python_value(value, dtype):
             raise _overflow(dtype)
         return value
     value = float(value)
+    if dtype in _FLOAT8_C10:   # c10's check, in its names; the formats without inf refuse inf too
+        if (math.isinf(value) and dtype != torch.float8_e5m2) or (
+                math.isfinite(value) and abs(value) > torch.finfo(dtype).max):
+            raise RuntimeError(f"value cannot be converted to type {_FLOAT8_C10[dtype]} without overflow")
+        return value
     if dtype != torch.float64 and math.isfinite(value) and abs(value) > torch.finfo(dtype).max:
         raise _overflow(dtype)  # inf and NaN are fine; a finite value beyond the type's max is not
     return value
