@@ -33,7 +33,7 @@ from emulator.timeline import TimedEngine
 
 _RATE_FIELD = {0: "int8", 1: "int8", 2: "int8", 3: "int32", 4: "int32", 5: "int32", 6: "float16",
                7: "bfloat16", 8: "float32", 9: "float64", 10: "int32", 11: "int32", 12: "int32",
-               13: "float32", 14: "float64"}
+               13: "float32", 14: "float64", 16: "float8", 17: "float8", 18: "float8", 19: "float8"}
 
 
 def systolic_cycles(M: int, N: int, K: int, rows: int, cols: int, dataflow: str = "ws") -> int:
@@ -173,5 +173,5 @@ class MatrixEngine(TimedEngine):
 
 
 MAX_TILE_DOUBLINGS = 8   # tiles up to 256 arrays along each side
-_ITEMSIZE = {"int8": 1, "int32": 4, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+_ITEMSIZE = {"int8": 1, "int32": 4, "float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "float8": 1}
 

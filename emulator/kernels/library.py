@@ -1824,6 +1824,93 @@ def _attention_backward_cost(device, dq, dk, dv, dbias, grad_out, q, k, v, out, 
     return _roofline(device, work, moved, flops, stores)
 
 
+
+# -- quantized and low-precision GEMMs (quantized.pyx; torch_plugin/ops/quantized.py) --------------
+# Each is a matrix-engine GEMM. _int_mm runs at the int8 MAC rate, _scaled_mm at the float8 rate
+# (macs_per_cycle.float8); the weight-only kernels widen their int8/int4 weight to the activation
+# type, so they run at that type's rate and gain only in the weight's traffic. Scales, zeros and
+# bias are applied as the tiles drain (a vector-engine epilogue over the output).
+
+def _as_kn(w: Operand, K: int, N: int) -> Operand:
+    """An N x K weight described as the K x N operand of the GEMM cost model."""
+    return Operand(w.addr, w.dtype, (K, N), (w.strides[1], w.strides[0]))
+
+
+def _quantized_gemm_cost(device, M, N, K, a, b, out, rate_dtype, extra_bytes=0, epilogue_cycles=0.0):
+    traffic = memory.gemm(device, M, N, K, a, b, out)
+    cost = _roofline(device, device.matrix_engine.gemm(M, N, K, rate_dtype), traffic.hbm + extra_bytes,
+                     2 * M * N * K, traffic.store, traffic.cache + extra_bytes)
+    if not epilogue_cycles or not out.numel:
+        return cost
+    ns = cost.ns + device.vector_engine.elementwise(out.numel, epilogue_cycles, dtypes.FLOAT32).ns
+    return cost._replace(ns=ns, flops=cost.flops + out.numel, cycles=round(ns * device.config.clock_ghz))
+
+
+def _int_mm(out: Operand, a: Operand, b: Operand):
+    _module('quantized').int_mm(out.addr, out.strides, a.addr, a.dtype, a.strides, b.addr, b.strides,
+                                a.shape[0], b.shape[1], a.shape[1])
+
+
+def _int_mm_cost(device, out, a, b):
+    return _quantized_gemm_cost(device, a.shape[0], b.shape[1], a.shape[1], a, b, out, dtypes.INT8)
+
+
+def _weight_int8pack_mm(out: Operand, a: Operand, b: Operand, scales: Operand):
+    _module('quantized').weight_int8pack_mm(out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides,
+                                            b.addr, b.strides, scales.addr, scales.dtype, scales.strides[0],
+                                            a.shape[0], b.shape[0], a.shape[1])
+
+
+def _weight_int8pack_mm_cost(device, out, a, b, scales):
+    M, K, N = a.shape[0], a.shape[1], b.shape[0]
+    return _quantized_gemm_cost(device, M, N, K, a, _as_kn(b, K, N), out, a.dtype, scales.nbytes, 1.0)
+
+
+def _int4_pack(out: Operand, w: Operand):
+    _module('quantized').int4_pack(out.addr, w.addr, w.strides, w.shape[0], w.shape[1])
+
+
+def _int4pack_mm(out: Operand, a: Operand, w: Operand, group_size: int, sz: Operand):
+    _module('quantized').int4pack_mm(out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides, w.addr,
+                                     w.shape[0], 2 * w.shape[1], group_size, sz.addr, sz.dtype, sz.strides,
+                                     a.shape[0])
+
+
+def _int4pack_mm_cost(device, out, a, w, group_size, sz):
+    M, K, N = a.shape[0], a.shape[1], w.shape[0]
+    packed = Operand(w.addr, dtypes.UINT8, (K // 2, N), (1, K // 2))   # two weights a byte
+    # dequantization ((q - 8) * scale + zero per weight) on the vector engine, then the GEMM
+    dequant = device.vector_engine.elementwise(N * K, 2.0, a.dtype).ns
+    cost = _quantized_gemm_cost(device, M, N, K, a, packed, out, a.dtype, sz.nbytes)
+    ns = cost.ns + dequant
+    return cost._replace(ns=ns, cycles=round(ns * device.config.clock_ghz))
+
+
+def _scaled_mm(out: Operand, a: Operand, b: Operand, sa: Operand, sb: Operand, bias, result_scale):
+    _module('quantized').scaled_mm(out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides, b.addr,
+                                   b.dtype, b.strides, sa.addr, sa.strides[0], sb.addr, sb.strides[0],
+                                   bias.addr if bias is not None else 0,
+                                   bias.dtype if bias is not None else dtypes.FLOAT32,
+                                   bias.strides[0] if bias is not None else 0,
+                                   result_scale.addr if result_scale is not None else 0,
+                                   a.shape[0], b.shape[1], a.shape[1])
+
+
+def _scaled_mm_cost(device, out, a, b, sa, sb, bias, result_scale):
+    extra = sa.nbytes + sb.nbytes + (bias.nbytes if bias is not None else 0)
+    steps = 2.0 + (bias is not None) + (result_scale is not None)
+    return _quantized_gemm_cost(device, a.shape[0], b.shape[1], a.shape[1], a, b, out, a.dtype, extra, steps)
+
+
+_QUANTIZED_KERNELS = (
+    Kernel("int_mm", "matrix", _int_mm, _int_mm_cost),
+    Kernel("weight_int8pack_mm", "matrix", _weight_int8pack_mm, _weight_int8pack_mm_cost),
+    Kernel("int4_pack", "vector", _int4_pack, _vector_cost(1.0, 0)),
+    Kernel("int4pack_mm", "matrix", _int4pack_mm, _int4pack_mm_cost),
+    Kernel("scaled_mm", "matrix", _scaled_mm, _scaled_mm_cost),
+)
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("copy", "vector", _copy, _vector_cost(1.0, 0)),
     Kernel("fill", "vector", _fill, _vector_cost(1.0, 0)),
@@ -1968,4 +2055,6 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     # -- fused attention (attention.pyx): matrix and vector engines of the same cores
     Kernel("attention", "matrix", _attention, _attention_cost),
     Kernel("attention_backward", "matrix", _attention_backward, _attention_backward_cost),
+    # -- quantized and low-precision GEMMs (quantized.pyx)
+    *_QUANTIZED_KERNELS,
 )}

@@ -323,6 +323,7 @@ def native_kernels() -> dict:
     from torch_plugin.ops import rnn
     from torch_plugin.ops import amp, foreach
     from torch_plugin.ops import attention
+    from torch_plugin.ops import quantized
     return {
         # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
         # hand-written kernels listed after it win where both name an overload.
@@ -861,6 +862,8 @@ def native_kernels() -> dict:
         "binary_cross_entropy_backward": loss.binary_cross_entropy_backward,
         "binary_cross_entropy_backward.grad_input": loss.binary_cross_entropy_backward_grad_input,
         "binary_cross_entropy_with_logits": loss.binary_cross_entropy_with_logits,
+        # -- quantized and low-precision GEMMs; PyTorch's quantized tensors refused (ops/quantized.py)
+        **quantized.kernels(),
     }
 
 
@@ -879,6 +882,13 @@ def register_all() -> None:
     # clearly instead of recursing through the Conjugate/Negative fallbacks forever.
     impl.impl("_copy_from", torch.library.fallthrough_kernel, "Conjugate")
     impl.impl("_copy_from", torch.library.fallthrough_kernel, "Negative")
+    from torch_plugin.ops import quantized
+    ao = torch.library.Library("quantized", "IMPL")   # torch.ao's dynamic kernels: refused, not host work
+    for name in quantized.AO_DYNAMIC_OPS:
+        short = name.split("::")[1]
+        ao.impl(short, _wrap(short, quantized.refuse_ao(name), NATIVE, op=name), "PrivateUse1")
+    _libraries.append(ao)
+    quantized.register_out_dtype()
     everything = torch.library.Library("_", "IMPL")
     everything.fallback(fallback.boxed_fallback, "PrivateUse1")
     # Autocast for emu: ops without a policy run unchanged (no default fallthrough in 2.13).
