@@ -181,15 +181,17 @@ class Capture:
         outputs_desc = None
 
         def locate(address):
+            # Allocations live at this point of the timeline first: an address the capture run
+            # freed and handed out again (to a constant, say) means the allocation of that time.
+            for base, alloc in active.items():
+                if base <= address < base + alloc.nbytes:
+                    return alloc, address - base
             for ptr, (nbytes, _) in input_storage.items():
                 if ptr <= address < ptr + nbytes:
                     return ("input", ptr), address - ptr
             for ptr, nbytes in fixed.items():
                 if ptr <= address < ptr + nbytes:
                     return None, 0
-            for base, alloc in active.items():
-                if base <= address < base + alloc.nbytes:
-                    return alloc, address - base
             raise _Unrelocatable(f"an operand at 0x{address:x} lies in memory the graph does not own")
 
         def describe(raw):
@@ -256,9 +258,11 @@ class Capture:
                     alloc.kind = "live" if alloc.address in results.get(producer, ()) else None
                 else:
                     alloc.kind = "pool"
+            elif reasons.get(alloc.step) == "constant":
+                alloc.kind = "fixed"     # a constant the program keeps: never moved
             else:
                 alloc.kind = "output"
-                if alloc.step in reasons and reasons[alloc.step] != "constant":
+                if alloc.step in reasons:
                     alloc.kind = "live" if alloc.address in results.get(alloc.step, ()) else None
             if alloc.kind == "live":
                 alloc.result = (alloc.step, results[alloc.step].index(alloc.address))
@@ -301,6 +305,8 @@ class Capture:
         if type(where) is not tuple:
             if where.kind is None:
                 raise _Unrelocatable("an operand lies in an allocation of a boundary that is not its result")
+            if where.kind == "fixed":
+                return None
             if where.kind == "pool":
                 return 0, where.slot + offset
         return self._range_of(where, ranges), offset
@@ -336,8 +342,8 @@ class Capture:
             return ("seq", desc[1], [self._resolve_desc(d, ranges) for d in desc[2]])
         _, where, offset, dtype, shape, stride, storage_offset = desc
         if type(where) is not tuple:
-            if where.kind is None:
-                raise _Unrelocatable("a boundary reads an allocation of another boundary that is not its result")
+            if where.kind is None or where.kind == "fixed":
+                raise _Unrelocatable("a boundary or an output reads memory of another step that is not its value")
             if where.kind == "pool":
                 return ("tensor", 0, where.slot + offset, dtype, shape, stride, storage_offset)
         return ("tensor", self._range_of(where, ranges), offset, dtype, shape, stride, storage_offset)
