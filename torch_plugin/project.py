@@ -178,6 +178,8 @@ def parallelize(model, mesh, args) -> None:
         from torch.distributed.tensor import Replicate
         from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
         _check_divides(model.config, args.tp)
+        if getattr(model.config, "tie_word_embeddings", False):
+            raise SystemExit("--tp: tied input and output embeddings are not split (set tie_word_embeddings=false)")
         styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
         tp_mesh = mesh["tp"]
         for layer in layers:
@@ -185,8 +187,6 @@ def parallelize(model, mesh, args) -> None:
             if missing:
                 raise SystemExit(f"--tp: {type(layer).__name__} lacks {', '.join(missing)} (llama-family names)")
             parallelize_module(layer, tp_mesh, {name: styles[style]() for name, style in LAYER_PLAN.items()})
-        if getattr(model.config, "tie_word_embeddings", False):
-            raise SystemExit("--tp: tied input and output embeddings are not split (set tie_word_embeddings=false)")
         parallelize_module(model, tp_mesh, {
             "model.embed_tokens": RowwiseParallel(input_layouts=Replicate()),
             "lm_head": ColwiseParallel(output_layouts=Replicate())})

@@ -8,8 +8,7 @@ import os
 import subprocess
 import sys
 
-from test_tp_projection import tp_local_parameter_bytes
-from torchrun_jobs import ROOT, TINY_LLAMA, TINY_LLAMA_ARG, assert_same_timeline, cli, step
+from torchrun_jobs import ROOT, TINY_LLAMA, TINY_LLAMA_ARG, assert_same_timeline, cli, step, tp_local_parameter_bytes
 
 BF16 = 2
 

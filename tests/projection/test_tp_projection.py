@@ -9,21 +9,10 @@ import pytest
 from emulator.collectives import collective_cost
 from emulator.config import load_preset
 
-from torchrun_jobs import TINY_LLAMA, TINY_LLAMA_ARG, assert_same_timeline, cli, step, torchrun
+from torchrun_jobs import (TINY_LLAMA, TINY_LLAMA_ARG, assert_same_timeline, cli, step, torchrun,
+                           tp_local_parameter_bytes)
 
 BF16 = 2
-
-
-def tp_local_parameter_bytes(c: dict, tp: int) -> int:
-    """One rank's parameter bytes under project.py's plan: every projection, the embedding and the
-    LM head split tp ways; the norms replicated."""
-    h, inter, vocab, layers = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
-    head_dim = h // c["num_attention_heads"]
-    kv = c["num_key_value_heads"] * head_dim
-    per_layer_split = h * h + 2 * h * kv + h * h + 3 * h * inter   # q, k, v, o; gate, up, down
-    split = layers * per_layer_split + 2 * vocab * h               # embedding and LM head
-    replicated = layers * 2 * h + h                                # two RMSNorms per layer, the final one
-    return BF16 * (split // tp + replicated)
 
 
 def test_cli_projects_a_tensor_parallel_prefill_and_decode(tmp_path):

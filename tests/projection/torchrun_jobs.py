@@ -18,6 +18,18 @@ TINY_LLAMA = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, n
 TINY_LLAMA_ARG = ",".join(f"{k}={v}" for k, v in TINY_LLAMA.items())
 
 
+def tp_local_parameter_bytes(c: dict, tp: int) -> int:
+    """One rank's bfloat16 parameter bytes under project.py's TP plan: every projection, the
+    embedding and the LM head split tp ways; the norms replicated."""
+    h, inter, vocab, layers = c["hidden_size"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]
+    head_dim = h // c["num_attention_heads"]
+    kv = c["num_key_value_heads"] * head_dim
+    per_layer_split = h * h + 2 * h * kv + h * h + 3 * h * inter   # q, k, v, o; gate, up, down
+    split = layers * per_layer_split + 2 * vocab * h               # embedding and LM head
+    replicated = layers * 2 * h + h                                # two RMSNorms per layer, the final one
+    return 2 * (split // tp + replicated)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
