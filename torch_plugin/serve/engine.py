@@ -29,6 +29,7 @@ cuda/xpu only in transformers 5.24, so the engine runs in its synchronous mode.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass, field
 
@@ -37,6 +38,17 @@ from transformers import ContinuousBatchingConfig, GenerationConfig
 from transformers.generation.continuous_batching.continuous_api import ContinuousBatchingManager, OutputRouter
 
 import runtime
+
+
+class _NoPsutilNotes(logging.Filter):
+    """transformers logs an error and a warning per manager when psutil is missing (host memory
+    figures for CPU offloading, which the engine here does not use); other records pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "psutil" not in record.getMessage()
+
+
+logging.getLogger("ContinuousBatchingLogger").addFilter(_NoPsutilNotes())
 
 
 class RequestTooLargeError(ValueError):
