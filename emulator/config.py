@@ -36,8 +36,8 @@ class _Validated:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             meta = f.metadata
-            if dataclasses.is_dataclass(value):
-                continue
+            if dataclasses.is_dataclass(value) or meta.get("named_tables"):
+                continue  # nested tables validate themselves
             expected = type(f.default)
             if expected is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
@@ -234,6 +234,125 @@ class MmuConfig(_Validated):
     page_size_bytes: int = param(64 * KiB, "B", "page size of the device page tables", minimum=4 * KiB)
 
 
+def _pj(default: float, what: str):
+    return param(default, "pJ", what, minimum=0.0)
+
+
+@dataclass(frozen=True)
+class MacEnergy(_Validated):
+    """Energy of one MAC on the matrix engine for each element type (the keys of ``MatrixRates``),
+    at ``power.nominal_voltage_v``: the multiply-accumulate with its operand delivery from the
+    scratchpad and register files."""
+    int8: float = _pj(0.5, "energy of one MAC on int8/uint8/bool operands")
+    int32: float = _pj(2.0, "energy of one MAC on int16/int32/int64 operands")
+    float16: float = _pj(1.0, "energy of one MAC on float16 operands")
+    bfloat16: float = _pj(1.0, "energy of one MAC on bfloat16 operands")
+    float32: float = _pj(3.0, "energy of one MAC on float32 operands")
+    float64: float = _pj(8.0, "energy of one MAC on float64 operands")
+    float8: float = _pj(0.5, "energy of one MAC on float8 operands")
+
+
+@dataclass(frozen=True)
+class PowerModeConfig(_Validated):
+    """A named power mode (``[device.power.modes.NAME]``): the clock and voltage points the power
+    management may run at (a V/f curve, highest clock first) and the power cap it keeps under."""
+    name: str = param("max", "", "the mode's name (its table's key)")
+    clocks_ghz: tuple = param((), "GHz", "clock points of the V/f curve, highest first; the first is the "
+                                         "mode's top clock (at most device.clock_ghz). Empty: a generic curve "
+                                         "from device.clock_ghz at the nominal voltage to half that clock at "
+                                         "3/4 of it")
+    voltages_v: tuple = param((), "V", "core voltage at each clock point (non-increasing); empty with an empty "
+                                       "clocks_ghz")
+    power_cap_w: float = param(300.0, "W", "power the management keeps the device under: a kernel whose "
+                                           "modelled power exceeds it runs at a lower clock", minimum=0.001)
+    clock_step_mhz: float = param(15.0, "MHz", "granularity of the clocks between the points (the voltage is "
+                                               "interpolated linearly between them)", minimum=0.001)
+
+    def __post_init__(self):
+        for key in ("clocks_ghz", "voltages_v"):
+            value = getattr(self, key)
+            if isinstance(value, list):
+                value = tuple(value)
+                object.__setattr__(self, key, value)
+            if (not isinstance(value, tuple)
+                    or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in value)):
+                raise ConfigError(key, f"expected a list of positive numbers, got {value!r}")
+            object.__setattr__(self, key, tuple(float(v) for v in value))
+        super().__post_init__()
+        clocks, volts = self.clocks_ghz, self.voltages_v
+        if len(clocks) != len(volts):
+            raise ConfigError("voltages_v", f"needs one voltage per clock point ({len(clocks)}), got {len(volts)}")
+        if any(b >= a for a, b in zip(clocks, clocks[1:])):
+            raise ConfigError("clocks_ghz", f"must be strictly decreasing, got {list(clocks)}")
+        if any(b > a for a, b in zip(volts, volts[1:])):
+            raise ConfigError("voltages_v", f"must not increase as the clock falls, got {list(volts)}")
+
+
+def _default_modes() -> tuple:
+    return (PowerModeConfig(),)
+
+
+@dataclass(frozen=True)
+class PowerConfig(_Validated):
+    """Energy and power (emulator/power.py: each command's energy, the cap and the clock steps)."""
+    static_w: float = param(50.0, "W", "static power (leakage and always-on logic) at the nominal voltage, "
+                                       "drawn whether or not anything runs; scales with the voltage", minimum=0.0)
+    tdp_w: float = param(300.0, "W", "thermal design power (informational: the modes' caps are what the model "
+                                     "enforces)", minimum=0.001)
+    nominal_voltage_v: float = param(1.0, "V", "core voltage at which the energies below are given (the "
+                                               "voltage at device.clock_ghz)", minimum=0.001)
+    vector_op_pj: float = param(0.5, "pJ", "energy of one vector-engine element operation (32-bit), at the "
+                                           "nominal voltage", minimum=0.0)
+    onchip_pj_per_byte: float = param(1.5, "pJ/B", "energy of one byte the on-chip cache delivers to the cores "
+                                                   "(cache and scratchpad access, wires), at the nominal voltage",
+                                      minimum=0.0)
+    hbm_pj_per_byte: float = param(35.0, "pJ/B", "energy of one byte read from or written to HBM (array, "
+                                                 "PHY and controller); HBM has its own supply: no voltage scaling",
+                                   minimum=0.0)
+    host_link_pj_per_byte: float = param(40.0, "pJ/B", "energy of one byte over the host link (PCIe-like)",
+                                         minimum=0.0)
+    interconnect_pj_per_byte: float = param(10.0, "pJ/B", "energy of one byte over one device-to-device link "
+                                                          "(per hop)", minimum=0.0)
+    default_mode: str = param("max", "", "the power mode the device runs in (EMU_POWER_MODE overrides it)")
+    mac_pj: MacEnergy = field(default_factory=MacEnergy)
+    modes: tuple = field(default_factory=_default_modes, metadata={
+        "unit": "", "named_tables": PowerModeConfig,
+        "doc": "the named power modes, one table each: [device.power.modes.NAME]"})
+
+    def __post_init__(self):
+        modes = self.modes
+        if isinstance(modes, dict):
+            built = []
+            for name, table in modes.items():
+                try:
+                    built.append(_build(PowerModeConfig, {"name": name, **table} if isinstance(table, dict)
+                                        else table, ""))
+                except ConfigError as err:
+                    raise ConfigError(f"modes.{name}.{err.field}" if isinstance(table, dict) else f"modes.{name}",
+                                      str(err).split(": ", 1)[1]) from None
+            modes = tuple(built)
+            object.__setattr__(self, "modes", modes)
+        if not isinstance(modes, tuple) or not modes or not all(isinstance(m, PowerModeConfig) for m in modes):
+            raise ConfigError("modes", f"expected one or more [device.power.modes.NAME] tables, got {modes!r}")
+        super().__post_init__()
+        if self.default_mode not in self.mode_names:
+            raise ConfigError("default_mode", f"no power mode named {self.default_mode!r} "
+                                              f"(modes: {', '.join(self.mode_names)})")
+
+    @property
+    def mode_names(self) -> tuple:
+        return tuple(m.name for m in self.modes)
+
+    def mode(self, name: str | None = None) -> PowerModeConfig:
+        """The mode named ``name`` (None or "default": ``default_mode``); ConfigError for no such mode."""
+        name = self.default_mode if name in (None, "", "default") else name
+        for m in self.modes:
+            if m.name == name:
+                return m
+        raise ConfigError("device.power.default_mode", f"no power mode named {name!r} "
+                                                       f"(modes: {', '.join(self.mode_names)})")
+
+
 @dataclass(frozen=True)
 class WatchdogConfig(_Validated):
     # Defined before DeviceConfig (not at the end of the file) because DeviceConfig's field
@@ -259,6 +378,14 @@ class DeviceConfig(_Validated):
     command_processor: CommandProcessorConfig = field(default_factory=CommandProcessorConfig)
     mmu: MmuConfig = field(default_factory=MmuConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
+    power: PowerConfig = field(default_factory=PowerConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        for m in self.power.modes:   # the cost model times kernels at clock_ghz: a mode cannot exceed it
+            if m.clocks_ghz and m.clocks_ghz[0] > self.clock_ghz + 1e-9:
+                raise ConfigError(f"power.modes.{m.name}.clocks_ghz", f"top clock {m.clocks_ghz[0]} GHz exceeds "
+                                                                      f"device.clock_ghz ({self.clock_ghz})")
 
     @property
     def total_memory(self) -> int:
@@ -411,5 +538,8 @@ def describe(config) -> dict:
     out = {}
     for f in dataclasses.fields(config):
         value = getattr(config, f.name)
-        out[f.name] = describe(value) if dataclasses.is_dataclass(value) else value
+        if f.metadata.get("named_tables"):   # [x.NAME] tables: {NAME: {field: value}}
+            out[f.name] = {m.name: {k: v for k, v in describe(m).items() if k != "name"} for m in value}
+        else:
+            out[f.name] = describe(value) if dataclasses.is_dataclass(value) else value
     return out

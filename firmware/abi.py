@@ -140,9 +140,14 @@ ErrorRecord = namedtuple("ErrorRecord", "status device ring seq asid unit addres
 #            "dev0-dev1.link" (a link from device 0 to device 1), "dev0.net" (device 0's
 #            network port, which a collective holds), "dev0.hbm"
 #   dtype    element type name of the command's output (``ELEMENT_NAMES`` values), "" if none
+#   energy_j   the command's energy in joules: its dynamic energy plus static_w x its duration
+#              (emulator/power.py)
+#   static_w   the device's static power while it ran (W, at its voltage)
+#   clock_ghz  the core clock it ran at (below the power mode's top clock: the cap throttled it)
 # Ceilings for a roofline: ``DeviceConfig.peak_flops(engine, dtype)`` and ``.hbm_bytes_per_s``.
 TraceEntry = namedtuple("TraceEntry", "device ring seq name engine start_ns end_ns nbytes flops "
-                                      "bound cycles cores tiling engines dtype launch_start_ns launch_end_ns")
+                                      "bound cycles cores tiling engines dtype launch_start_ns launch_end_ns "
+                                      "energy_j static_w clock_ghz")
 # An exception the firmware raised while executing a command that is neither a hardware fault
 # nor a kernel argument error: a bug in the emulator. ``traceback`` is the formatted traceback.
 InternalErrorRecord = namedtuple("InternalErrorRecord", "device ring seq asid unit sim_time_ns detail traceback")

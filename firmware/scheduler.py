@@ -36,6 +36,7 @@ from emulator.faults import COPY_HOST, COPY_LOCAL, COPY_PEER, FILL, LAUNCH, Faul
 from emulator.kernels import dtypes
 from emulator.kernels.library import KERNELS, Operand
 from emulator.memory import alias_key
+from emulator.power import PowerManagement, first_input_dtype
 from firmware import abi
 from firmware.image import FirmwareImage
 from firmware.lru import LRUCache
@@ -60,10 +61,11 @@ def check_element_types() -> None:
 
 
 class KernelStats:
-    __slots__ = ("count", "busy_ns", "nbytes", "flops")
+    __slots__ = ("count", "busy_ns", "nbytes", "flops", "energy_j", "throttled")
 
     def __init__(self):
         self.count, self.busy_ns, self.nbytes, self.flops = 0, 0.0, 0, 0
+        self.energy_j, self.throttled = 0.0, 0   # joules; commands the power cap slowed down
 
 
 class FirmwareInstance:
@@ -78,13 +80,17 @@ class FirmwareInstance:
         self.commands_executed = 0
         self._resolved = LRUCache(_RESOLVED_ENTRIES)  # TensorDescriptor -> (MMU generation, Operand)
         self._launches = LRUCache(_DECODED_ENTRIES)   # (kernel, launch args) -> decoded launch
-        self._costs = LRUCache(_DECODED_ENTRIES)      # (kernel, operand types/shapes/strides) -> Cost
+        self._costs = LRUCache(_DECODED_ENTRIES)      # (kernel, operand types/shapes/strides) -> KernelPower
         self._mmu = device.mmu
         self._projection = getattr(device, "projection", False)  # kernels timed, not run
         self._launch_timeline = device.launch_timeline   # launch overhead: the command processor's
         self._hbm_timeline = device.hbm.timeline         # HBM bandwidth, shared by every engine
         self._clock_ghz = device.config.clock_ghz
         self._hbm_bytes = 0                              # kernel operand bytes (copies: hbm counters)
+        # Energy and the power mode's cap (emulator/power.py): a kernel's clock is chosen when its
+        # launch is decoded; copies run at the mode's top clock.
+        self.power = PowerManagement(device.config, device.fidelity, None, device.index)
+        self._unthrottled = (0.0, self.power.static_w(self.power.grid[0][1]), self.power.top_clock_ghz, False)
         # Faults (see _ring_process's fault checks and the methods after _record_error).
         self.faults = FaultInjector(device.index)
         self.ring_faults: dict[int, abi.ErrorRecord] = {}   # stream scope: ring id -> record
@@ -714,7 +720,9 @@ class FirmwareInstance:
         engines = (lane, *lanes, hbm.lane)
         fixed = dev.dma.config.setup_ns + (cfg.latency_ns * len(links) if links else hbm.config.latency_ns)
         bound = "memory" if duration - fixed >= fixed else "latency"
-        meta = ((bound, 0, "", engines, abi.ELEMENT_NAMES.get(int(dst.dtype), "")), start, start)
+        link = "host" if counter in ("h2d", "d2h") else "interconnect" if links else ""
+        power = (self.power.copy_energy_j(read + written, nbytes * len(links), link), *self._unthrottled[1:])
+        meta = ((bound, 0, "", engines, abi.ELEMENT_NAMES.get(int(dst.dtype), "")), start, start, power)
         return end, (KERNELS["copy"].run, (out, inp), f"memcpy_{counter}", "dma", start, end, nbytes, 0, meta)
 
     def _book_collective(self, command, now: float):
@@ -745,7 +753,8 @@ class FirmwareInstance:
             lanes, bound = tuple(link.name for link in links), "interconnect"
         end = start + duration
         dtype = abi.ELEMENT_NAMES.get(int(pairs[0][0].dtype), "") if pairs else ""
-        meta = ((bound, 0, "", lanes, dtype), start, start)
+        meta = ((bound, 0, "", lanes, dtype), start, start,   # energy: its bytes over each link it held
+                (self.power.copy_energy_j(0, link_bytes * len(lanes), "interconnect"), *self._unthrottled[1:]))
         return end, (_copy_pairs, operands, f"collective.{command.name}", "interconnect", start, end, nbytes, 0,
                      meta)
 
@@ -762,7 +771,7 @@ class FirmwareInstance:
         if decoded is None or decoded[0] != generation:
             decoded = self._decode_launch(name, args, generation)
             self._launches.put(key, decoded)
-        _, run, timeline, unit, label, operands, duration, nbytes, flops, launch_ns, hbm_ns, static = decoded
+        _, run, timeline, unit, label, operands, duration, nbytes, flops, launch_ns, hbm_ns, static, power = decoded
         if launched is not None:  # launched ahead by _ring_process (while the ring's previous kernel ran)
             launch_start, launch_end = launched, launched + launch_ns
         elif launch_ns:  # the command processor launches the kernel, then the engines run it
@@ -792,7 +801,7 @@ class FirmwareInstance:
                 # one needs only its own traffic done by its end
                 end = hstart + duration if static[0] != "compute" else max(end, hstart + hbm_ns)
         timeline.hold(chosen, cores, start, end)
-        return end, (run, operands, label, unit, start, end, nbytes, flops, (static, launch_start, launch_end))
+        return end, (run, operands, label, unit, start, end, nbytes, flops, (static, launch_start, launch_end, power))
 
     def _decode_launch(self, name, args, generation):
         kernel = KERNELS.get(name)
@@ -806,10 +815,14 @@ class FirmwareInstance:
         # again (new buffers, or page tables changed) reuses it.
         cost_key = (name, *[(o.dtype, o.shape, o.strides) if type(o) is Operand else (type(o), o)
                              for o in operands], alias_key(operands))
-        cost = self._costs.get(cost_key)
-        if cost is None:
-            cost = kernel.cost(device, *operands)
-            self._costs.put(cost_key, cost)
+        decided = self._costs.get(cost_key)
+        if decided is None:
+            # The power management picks the clock under the mode's cap (the cost model's own cost
+            # when the kernel fits at the top clock) and prices the kernel's energy.
+            decided = self.power.kernel(kernel, operands, kernel.cost(device, *operands),
+                                        first_input_dtype(operands) if kernel.engine == "matrix" else "")
+            self._costs.put(cost_key, decided)
+        cost = decided.cost
         launch_ns = device.command_processor.config.launch_ns if name != "fill" else 0.0
         label = f"{name}.{args[0]}" if isinstance(args[0], str) else name
         out = next((o for o in operands if type(o) is Operand), None)
@@ -817,8 +830,9 @@ class FirmwareInstance:
         hbm_ns = 0.0 if device.config.scratchpad.operands_resident else device.hbm.stream_ns(cost.nbytes)
         engines = ((device.launch_lane,) if launch_ns else ()) + tuple(cost.engines)
         static = (cost.bound, max(1, min(cost.cores, device.config.cores)), cost.tiling, engines, dtype)
+        power = (decided.dynamic_j, decided.static_w, decided.clock_ghz, decided.throttled)
         return (generation, kernel.run, device.engine(kernel.engine).timeline, unit, label,
-                tuple(operands), cost.ns, cost.nbytes, cost.flops, launch_ns, hbm_ns, static)
+                tuple(operands), cost.ns, cost.nbytes, cost.flops, launch_ns, hbm_ns, static, power)
 
     def byte_counters(self) -> dict:
         """Bytes moved so far: HBM (kernels' operand traffic, and copies' reads and writes), this
@@ -832,13 +846,16 @@ class FirmwareInstance:
                 "links": {link.name: link.bytes for link in dev.interconnect.all_links()}}
 
     def _account(self, ring, command, name, engine, start, end, nbytes, flops, meta=None):
-        # meta: ((bound, cores, tiling, engines, dtype), launch_start_ns, launch_end_ns)
+        # meta: ((bound, cores, tiling, engines, dtype), launch_start_ns, launch_end_ns[, power]),
+        # power: (dynamic J, static W, clock GHz, throttled) (emulator/power.py)
+        dynamic, static_w, clock_ghz, throttled = meta[3] if len(meta) > 3 else self._unthrottled
+        energy = dynamic + static_w * (end - start) * 1e-9
         if self.trace is not None:
-            (bound, cores, tiling, engines, dtype), launch_start, launch_end = meta
+            (bound, cores, tiling, engines, dtype), launch_start, launch_end = meta[:3]
             self.trace.append(_new_tuple(abi.TraceEntry, (
                 self.device.index, ring.ring_id, command.seq, name, engine, start, end, nbytes, flops,
                 bound, round((end - start) * self._clock_ghz), cores, tiling, engines, dtype,
-                launch_start, launch_end)))
+                launch_start, launch_end, energy, static_w, clock_ghz)))
         if engine != "dma" and engine != "interconnect":
             self._hbm_bytes += nbytes
         stats = self.kernel_stats.get(name)
@@ -848,6 +865,9 @@ class FirmwareInstance:
         stats.busy_ns += end - start
         stats.nbytes += nbytes
         stats.flops += flops
+        stats.energy_j += energy
+        if throttled:
+            stats.throttled += 1
 
 
 ERROR_LOG_ENTRIES = 10_000

@@ -42,6 +42,7 @@ def kernel_rows(telemetry: dict, config) -> list[dict]:
             "gbytes_per_s": stats.nbytes / seconds / 1e9 if seconds else 0.0,
             "gflops_per_s": stats.flops / seconds / 1e9 if seconds else 0.0,
             "bottleneck": bottleneck,
+            "energy_j": getattr(stats, "energy_j", 0.0), "throttled": getattr(stats, "throttled", 0),
         })
     return rows
 
@@ -78,10 +79,17 @@ def format_report(runtime) -> str:
             f"{unit} {100 * ns / span:.1f}%" for unit, ns in busy.items()))
         rows = kernel_rows(telemetry, config)
         if rows:
-            lines.append(f"  {'kernel':<22}{'count':>7}{'busy us':>12}{'GB/s':>9}{'GFLOP/s':>10}  bottleneck")
+            lines.append(f"  {'kernel':<22}{'count':>7}{'busy us':>12}{'GB/s':>9}{'GFLOP/s':>10}{'energy uJ':>12}"
+                         f"  bottleneck")
             for r in rows:
                 lines.append(f"  {r['kernel']:<22}{r['count']:>7}{r['busy_us']:>12.1f}{r['gbytes_per_s']:>9.1f}"
-                             f"{r['gflops_per_s']:>10.1f}  {r['bottleneck']}")
+                             f"{r['gflops_per_s']:>10.1f}{r['energy_j'] * 1e6:>12.2f}  {r['bottleneck']}"
+                             + (f" (throttled x{r['throttled']})" if r["throttled"] else ""))
+            power = config.device.power
+            energy = sum(r["energy_j"] for r in rows)
+            throttled = sum(r["throttled"] for r in rows)
+            lines.append(f"  emu:{index} energy: {energy:.6g} J in its commands (power mode {power.default_mode}, "
+                         f"cap {power.mode().power_cap_w:g} W; {throttled} commands throttled by the cap)")
     if host_ns > 0 and device_ns > 0:
         # The profiler's rule (docs/profiling.md#verdict), with the busiest device's summed engine
         # time standing for its busy time.
@@ -116,6 +124,11 @@ def chrome_trace(runtime) -> dict:
             })
         for unit, tid in units.items():
             events.append({"name": "thread_name", "ph": "M", "pid": index, "tid": tid, "args": {"name": unit}})
+        trace = runtime.driver.telemetry(index)["trace"]
+        if trace:
+            t0, t1 = min(e.start_ns for e in trace), max(e.end_ns for e in trace)
+            events.extend(power_counter_events(power_track(trace, runtime.config, t0, t1).get(index, []),
+                                               index, lambda ns: ns / 1e3))
     return {"traceEvents": events, "displayTimeUnit": "ns"}
 
 
@@ -361,6 +374,105 @@ def device_busy_ns(entries, t0_ns: float, t1_ns: float, spans_by_lane: dict | No
     else:
         intervals = [(s, e) for entry in entries for _, s, e in command_lanes(entry)]
     return union_ns(intervals, t0_ns, t1_ns)
+
+
+# -- energy and power (emulator/power.py computes each command's energy; docs/profiling.md) --------
+
+POWER_COUNTER = "power (W)"
+
+
+def _mode_static_w(config) -> float:
+    """A device's static power at the top of its power mode (what it draws while idle)."""
+    power = config.device.power
+    mode = power.mode()
+    volts = mode.voltages_v[0] if mode.voltages_v else power.nominal_voltage_v
+    return power.static_w * volts / power.nominal_voltage_v
+
+
+def mode_top_clock_ghz(config) -> float:
+    mode = config.device.power.mode()
+    return mode.clocks_ghz[0] if mode.clocks_ghz else config.device.clock_ghz
+
+
+def dynamic_j(entry) -> float:
+    """A command's energy beyond the static power it drew while it ran (0 for an older record)."""
+    energy = getattr(entry, "energy_j", None)
+    if energy is None:
+        return 0.0
+    return max(0.0, energy - entry.static_w * (entry.end_ns - entry.start_ns) * 1e-9)
+
+
+def is_throttled(entry, top_clock_ghz: float) -> bool:
+    clock = getattr(entry, "clock_ghz", None)
+    return clock is not None and clock < top_clock_ghz - 1e-9
+
+
+def power_track(entries, config, t0_ns: float, t1_ns: float) -> dict:
+    """{device: [(t_ns, watts), ...]}: each device's modelled power over [t0, t1] as a step function
+    (the value holds until the next point): its static power at the mode's top voltage plus the
+    dynamic power (dynamic energy / duration) of every command running. A command of zero duration
+    adds its energy to the totals but no step."""
+    static = _mode_static_w(config)
+    steps: dict[int, list] = {}
+    for entry in entries:
+        duration = entry.end_ns - entry.start_ns
+        if duration <= 0:
+            continue
+        watts = dynamic_j(entry) / (duration * 1e-9)
+        lo, hi = max(entry.start_ns, t0_ns), min(entry.end_ns, t1_ns)
+        if watts and hi > lo:
+            steps.setdefault(entry.device, []).extend(((lo, watts), (hi, -watts)))
+    devices = {e.device for e in entries}
+    tracks = {}
+    for device in sorted(devices):
+        level, points = static, [(t0_ns, static)]
+        for t, delta in sorted(steps.get(device, ())):
+            level += delta
+            if points[-1][0] == t:
+                points[-1] = (t, level)
+            else:
+                points.append((t, level))
+        if points[-1][0] < t1_ns:
+            points.append((t1_ns, points[-1][1]))
+        tracks[device] = [(t, max(w, static)) for t, w in points]   # float residue never dips below static
+    return tracks
+
+
+def power_counter_events(points, pid: int, us) -> list:
+    """Chrome "C" (counter) events of one device's power track (``us``: ns -> trace microseconds)."""
+    return [{"name": POWER_COUNTER, "cat": "power", "ph": "C", "pid": pid, "ts": us(t), "args": {"W": round(w, 3)}}
+            for t, w in points]
+
+
+def energy_summary(entries, config, t0_ns: float, t1_ns: float) -> dict:
+    """Energy and power of the devices that ran ``entries`` over [t0, t1]: ``energy_j`` (every
+    command's dynamic energy plus each device's static power over the whole window),
+    ``average_power_w`` (energy / window), ``peak_power_w`` (the highest summed power of the
+    devices), ``throttled_commands`` (commands the power cap ran below the mode's top clock),
+    ``power_mode`` and ``power_cap_w``."""
+    window = max(t1_ns - t0_ns, 0.0) * 1e-9
+    devices = {e.device for e in entries}
+    static = _mode_static_w(config)
+    energy = sum(dynamic_j(e) for e in entries) + static * window * len(devices)
+    tracks = power_track(entries, config, t0_ns, t1_ns)
+    peak = 0.0
+    if tracks:   # the devices' tracks summed at every step of any of them
+        times = sorted({t for points in tracks.values() for t, _ in points})
+        cursor = {d: 0 for d in tracks}
+        for t in times:
+            total = 0.0
+            for d, points in tracks.items():
+                i = cursor[d]
+                while i + 1 < len(points) and points[i + 1][0] <= t:
+                    i += 1
+                cursor[d] = i
+                total += points[i][1]
+            peak = max(peak, total)
+    top = mode_top_clock_ghz(config)
+    power = config.device.power
+    return {"energy_j": energy, "average_power_w": energy / window if window else 0.0, "peak_power_w": peak,
+            "throttled_commands": sum(1 for e in entries if is_throttled(e, top)),
+            "power_mode": power.default_mode, "power_cap_w": power.mode().power_cap_w}
 
 
 VERDICTS = ("device-bound", "host-bound", "launch-bound")

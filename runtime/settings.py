@@ -23,6 +23,9 @@
 - ``EMU_MODE=functional|projection``: ``functional`` (the default) computes every value;
   ``projection`` runs the same commands through the same timing model with no kernel computing
   and device memory as address space only (docs/projection.md). Read at power-on.
+- ``EMU_POWER_MODE=name``: the power mode the devices run in, one of the description's
+  ``[device.power.modes.NAME]`` (``default``: its ``device.power.default_mode``); docs/hardware.md,
+  "Power and energy". Read at power-on.
 """
 from __future__ import annotations
 
@@ -40,6 +43,7 @@ class Settings:
     host_fallback: str = "warn"
     faults: tuple = ()  # (kind, device, {trigger: value}) armed at power-on
     mode: str = "functional"  # EMU_MODE: "functional" computes values, "projection" only times them
+    power_mode: str | None = None  # EMU_POWER_MODE; None: the description's default_mode
 
     def __post_init__(self):
         if self.fidelity is not None and self.fidelity not in FIDELITIES:
@@ -68,6 +72,7 @@ class Settings:
             host_fallback=host_fallback_policy(environ),
             faults=fault_requests(environ),
             mode=execution_mode(environ),
+            power_mode=environ.get("EMU_POWER_MODE", "").strip() or None,
         )
 
     def load_config(self):
@@ -77,6 +82,16 @@ class Settings:
         if self.fidelity is not None and config.fidelity != self.fidelity:
             import dataclasses
             config = dataclasses.replace(config, fidelity=self.fidelity)
+        if self.power_mode not in (None, "default"):
+            import dataclasses
+            power = config.device.power
+            if self.power_mode not in power.mode_names:
+                from runtime.errors import InvalidValueError
+                raise InvalidValueError(f"EMU_POWER_MODE={self.power_mode!r}: the hardware description "
+                                        f"{config.name!r} has no such power mode (modes: "
+                                        f"{', '.join(power.mode_names)})")
+            power = dataclasses.replace(power, default_mode=self.power_mode)
+            config = dataclasses.replace(config, device=dataclasses.replace(config.device, power=power))
         return config
 
 

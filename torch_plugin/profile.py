@@ -62,7 +62,9 @@ class OpRow:
     op. ``bytes``/``flops``: what they moved and computed. ``fraction_of_peak``: how close they
     ran to the binding ceiling (time-weighted over the commands; the host's own ceilings for
     host rows). ``bound``: the cost model's limiting term of the longest command (compute,
-    memory, latency), or "host"."""
+    memory, latency), or "host". ``energy_j``: the modelled energy of its commands (their dynamic
+    energy plus the static power while they ran; 0 for host rows; emulator/power.py).
+    ``throttled``: the power mode's cap ran one of its commands below the mode's top clock."""
     op: str
     shapes: tuple
     dtype: str
@@ -75,6 +77,8 @@ class OpRow:
     bytes: float
     fraction_of_peak: float
     bound: str
+    energy_j: float = 0.0
+    throttled: bool = False
 
     def __getitem__(self, key: str):
         if key not in _ROW_FIELDS:
@@ -107,6 +111,12 @@ class ProfileReport:
     - ``engine_utilization``: {lane: busy fraction of the projected total time} (<= 1.0);
     - ``host_fallback_count``: op instances that ran on the host CPU (their rows carry their
       modelled host cost).
+
+    Energy (properties, and keys of ``as_dict()``): ``energy_j`` (the devices' modelled energy over
+    the block: every command's dynamic energy plus static power over the whole block),
+    ``average_power_w`` (energy_j / projected total time), ``peak_power_w`` (the highest modelled
+    power of the devices in use, summed), ``throttled_commands`` (commands the power mode's cap
+    slowed down), ``power_mode`` and ``power_cap_w``.
     """
 
     def __init__(self, projected_device_time_s, projected_total_time_s, wall_time_s, ops,
@@ -126,6 +136,22 @@ class ProfileReport:
     def verdict(self) -> str:
         """"device-bound", "host-bound" or "launch-bound" (docs/profiling.md#verdict)."""
         return self._details["verdict"]
+
+    @property
+    def energy_j(self) -> float:
+        return self._details["energy"]["energy_j"]
+
+    @property
+    def average_power_w(self) -> float:
+        return self._details["energy"]["average_power_w"]
+
+    @property
+    def peak_power_w(self) -> float:
+        return self._details["energy"]["peak_power_w"]
+
+    @property
+    def throttled_commands(self) -> int:
+        return self._details["energy"]["throttled_commands"]
 
     @property
     def host_time(self) -> dict:
@@ -170,6 +196,10 @@ class ProfileReport:
                  f"{host['backpressure_wait_ns'] / 1e3:.1f} us ring back-pressure, "
                  f"{host['interrupt_stolen_ns'] / 1e3:.1f} us interrupts ({host['interrupts']} serviced)",
                  f"  host fallback: {self.host_fallback_count} ops, {host['host_work_ns'] / 1e3:.1f} us of host work"]
+        e = d["energy"]
+        lines.append(f"  energy: {e['energy_j']:.6g} J, average {e['average_power_w']:.1f} W, peak "
+                     f"{e['peak_power_w']:.1f} W (power mode {e['power_mode']}, cap {e['power_cap_w']:g} W; "
+                     f"{e['throttled_commands']} commands throttled)")
         busy = [(lane, f) for lane, f in self.engine_utilization.items() if f > 0]
         if busy:
             lines.append("  utilisation: " + ", ".join(f"{lane} {100 * f:.1f}%" for lane, f in busy))
@@ -184,24 +214,28 @@ class ProfileReport:
         for row in self.ops:
             key = (row.op, row.kernel, row.shapes, row.dtype, row.path)
             g = groups.setdefault(key, {"count": 0, "time_s": 0.0, "flops": 0.0, "bytes": 0.0, "peak": 0.0,
-                                        "bounds": {}})
+                                        "bounds": {}, "energy": 0.0, "throttled": 0})
+            g["energy"] += row.energy_j
+            g["throttled"] += row.throttled
             g["count"] += 1
             g["time_s"] += row.time_s
             g["flops"] += row.flops
             g["bytes"] += row.bytes
             g["peak"] += row.fraction_of_peak * row.time_s
             g["bounds"][row.bound] = g["bounds"].get(row.bound, 0.0) + row.time_s
-        header = ("op", "kernel", "path", "dtype", "shapes", "count", "time us", "GFLOP/s", "GB/s", "% peak", "bound")
+        header = ("op", "kernel", "path", "dtype", "shapes", "count", "time us", "GFLOP/s", "GB/s", "% peak",
+                  "energy uJ", "bound", "throttled")
         rows = []
         for (op, kernel, shapes, dtype, path), g in sorted(groups.items(), key=lambda kv: -kv[1]["time_s"])[:top]:
             t = g["time_s"]
             rows.append((op, kernel, path, dtype or "-", " ".join(str(list(s)).replace(" ", "") for s in shapes) or "-",
                          str(g["count"]), f"{t * 1e6:.1f}", f"{g['flops'] / t / 1e9:.1f}" if t else "-",
                          f"{g['bytes'] / t / 1e9:.1f}" if t else "-", f"{100 * g['peak'] / t:.1f}" if t else "-",
-                         max(g["bounds"], key=g["bounds"].get)))
+                         f"{g['energy'] * 1e6:.2f}", max(g["bounds"], key=g["bounds"].get),
+                         f"{g['throttled']}/{g['count']}" if g["throttled"] else ""))
         widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
         widths[4] = min(widths[4], 40)
-        fmt = lambda r: "  ".join(c[:w].ljust(w) if i < 5 else c.rjust(w) if i < 10 else c  # noqa: E731
+        fmt = lambda r: "  ".join(c[:w].ljust(w) if i < 5 else c.rjust(w) if i < 11 else c.ljust(w)  # noqa: E731
                                   for i, (c, w) in enumerate(zip(r, widths))).rstrip()
         lines = self.summary_lines() + ["", fmt(header), fmt(tuple("-" * w for w in widths))]
         lines += [fmt(r) for r in rows]
@@ -226,6 +260,7 @@ class ProfileReport:
                 "engine_utilization": dict(self.engine_utilization),
                 "host_fallback_count": self.host_fallback_count,
                 "verdict": self.verdict, "host_time_ns": dict(d["host"]), "hardware": d["hardware"],
+                **d["energy"],
                 "top_kernels": self.top_kernels(20)}
 
     def to_json(self, path=None) -> str:
@@ -464,7 +499,7 @@ def _torch_profiler_stop() -> list[tuple]:
 class _Command:
     """One command of the block, its trace records merged (a command may have several)."""
     __slots__ = ("seq", "name", "device", "ring", "start", "end", "launch_start", "cycles", "flops",
-                 "nbytes", "lanes", "bound", "dtype", "tiling", "fraction", "entries")
+                 "nbytes", "lanes", "bound", "dtype", "tiling", "fraction", "entries", "energy", "throttled")
 
 
 class _Analysis:
@@ -480,6 +515,7 @@ class _Analysis:
     def _merge_commands(self, entries) -> dict:
         config = self.config
         clock_ghz = config.device.clock_ghz
+        top_clock = device_report.mode_top_clock_ghz(config)
         peaks_by_dtype: dict = {}
         lane_of: dict[int, list] = {}  # id(entry) -> its lanes after splitting overlaps
         for lane, spans in self.spans.items():
@@ -505,6 +541,7 @@ class _Analysis:
                 cmd.start, cmd.end = entry.start_ns, entry.end_ns
                 cmd.launch_start = getattr(entry, "launch_start_ns", entry.start_ns)
                 cmd.cycles = cmd.flops = cmd.nbytes = 0
+                cmd.energy, cmd.throttled = 0.0, False
                 cmd.fraction, cmd.lanes, cmd.entries = 0.0, [], []
                 cmd.bound, cmd.dtype, cmd.tiling = None, dtype, getattr(entry, "tiling", "") or ""
             cmd.start, cmd.end = min(cmd.start, entry.start_ns), max(cmd.end, entry.end_ns)
@@ -512,6 +549,8 @@ class _Analysis:
             cmd.cycles += device_report.command_cycles(entry, clock_ghz)
             cmd.flops += entry.flops
             cmd.nbytes += entry.nbytes
+            cmd.energy += getattr(entry, "energy_j", 0.0) or 0.0
+            cmd.throttled = cmd.throttled or device_report.is_throttled(entry, top_clock)
             cmd.fraction += fraction * seconds
             if cmd.bound is None or seconds > max(e.end_ns - e.start_ns for e in cmd.entries) / 1e9:
                 cmd.bound = device_report.command_bound(entry, peaks)
@@ -589,6 +628,7 @@ class _Analysis:
         host_breakdown["dispatch_ns"] = delta["api_ns"] + delta["interrupt_stolen_ns"]
         host_breakdown["total_ns"] = delta["now_ns"]
         details = {"host": host_breakdown, "hardware": f"{config.device.name} x{config.num_devices} (preset {config.name})",
+                   "energy": device_report.energy_summary(entries, config, self.t0, self.t1),
                    "verdict": device_report.verdict(device_ns, delta["host_work_ns"], host_breakdown["dispatch_ns"]),
                    "missing_commands": prof._missing}
         return ProfileReport(device_ns / 1e9, delta["now_ns"] / 1e9, prof._wall1 - prof._wall0,
@@ -613,7 +653,8 @@ class _Analysis:
                      "+".join(kernels), tuple(lanes), sum(c.cycles for c in commands), seconds,
                      sum(c.flops for c in commands), sum(c.nbytes for c in commands),
                      sum(b * c.fraction for b, c in busy) / seconds if seconds else 0.0,
-                     longest.bound if longest is not None else "latency")
+                     longest.bound if longest is not None else "latency",
+                     sum(c.energy for c in commands), any(c.throttled for c in commands))
 
     # -- the Chrome trace -------------------------------------------------------------------
     def chrome_trace(self) -> dict:
@@ -704,6 +745,9 @@ class _Analysis:
                     event["bp"] = "e"
                 events.append(event)
         devices = sorted({d for d, _ in ring_tids} | {d for d, _ in lane_tids})
+        # A power counter track per device (runtime/report.py's power_track).
+        for d, points in device_report.power_track(prof._entries, self.config, self.t0, self.t1).items():
+            events.extend(device_report.power_counter_events(points, device_pid(d), us))
         for d in devices:
             meta.append({"name": "process_name", "ph": "M", "pid": device_pid(d), "args": {"name": f"emu:{d}"}})
             meta.append({"name": "process_sort_index", "ph": "M", "pid": device_pid(d),

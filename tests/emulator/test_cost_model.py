@@ -73,7 +73,7 @@ def test_trace_records_carry_the_cost_model_terms(tiny):
                    None, 0.0, 1.0))
     r.wait(0)
     copy, mm = r.trace()
-    assert len(abi.TraceEntry._fields) == 17
+    assert len(abi.TraceEntry._fields) == 20
     cfg = r.config.device
     assert mm.name == "matmul" and mm.engine == "matrix_engine" and mm.dtype == "float32"
     assert mm.bound in ("compute", "memory", "latency")

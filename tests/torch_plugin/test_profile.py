@@ -11,7 +11,7 @@ from torch_plugin.ops import fallback
 from torch_plugin.profile import OpRow, ProfileReport
 
 ROW_FIELDS = ("op", "shapes", "dtype", "path", "kernel", "engines", "cycles", "time_s", "flops", "bytes",
-              "fraction_of_peak", "bound")
+              "fraction_of_peak", "bound", "energy_j", "throttled")
 
 
 def small_workload(n=64):
