@@ -407,18 +407,26 @@ def is_throttled(entry, top_clock_ghz: float) -> bool:
     return clock is not None and clock < top_clock_ghz - 1e-9
 
 
+def _above_static_w(entry, static: float, duration_ns: float) -> float:
+    """What a command adds to the device's idle power while it runs: its dynamic power, less the
+    static power its lower voltage saves when the cap throttled it."""
+    saved = static - entry.static_w if getattr(entry, "static_w", None) is not None else 0.0
+    return dynamic_j(entry) / (duration_ns * 1e-9) - max(saved, 0.0)
+
+
 def power_track(entries, config, t0_ns: float, t1_ns: float) -> dict:
     """{device: [(t_ns, watts), ...]}: each device's modelled power over [t0, t1] as a step function
     (the value holds until the next point): its static power at the mode's top voltage plus the
-    dynamic power (dynamic energy / duration) of every command running. A command of zero duration
-    adds its energy to the totals but no step."""
+    dynamic power (dynamic energy / duration) of every command running (a throttled command's
+    lower static power replacing the top voltage's). A command of zero duration adds its energy
+    to the totals but no step."""
     static = _mode_static_w(config)
     steps: dict[int, list] = {}
     for entry in entries:
         duration = entry.end_ns - entry.start_ns
         if duration <= 0:
             continue
-        watts = dynamic_j(entry) / (duration * 1e-9)
+        watts = _above_static_w(entry, static, duration)
         lo, hi = max(entry.start_ns, t0_ns), min(entry.end_ns, t1_ns)
         if watts and hi > lo:
             steps.setdefault(entry.device, []).extend(((lo, watts), (hi, -watts)))
@@ -434,7 +442,7 @@ def power_track(entries, config, t0_ns: float, t1_ns: float) -> dict:
                 points.append((t, level))
         if points[-1][0] < t1_ns:
             points.append((t1_ns, points[-1][1]))
-        tracks[device] = [(t, max(w, static)) for t, w in points]   # float residue never dips below static
+        tracks[device] = [(t, max(w, 0.0)) for t, w in points]   # float residue never dips below 0
     return tracks
 
 
@@ -446,14 +454,19 @@ def power_counter_events(points, pid: int, us) -> list:
 
 def energy_summary(entries, config, t0_ns: float, t1_ns: float) -> dict:
     """Energy and power of the devices that ran ``entries`` over [t0, t1]: ``energy_j`` (every
-    command's dynamic energy plus each device's static power over the whole window),
+    command's dynamic energy plus each device's static power over the whole window, at the voltage
+    each command ran at while it ran: the integral of ``power_track``),
     ``average_power_w`` (energy / window), ``peak_power_w`` (the highest summed power of the
     devices), ``throttled_commands`` (commands the power cap ran below the mode's top clock),
     ``power_mode`` and ``power_cap_w``."""
     window = max(t1_ns - t0_ns, 0.0) * 1e-9
     devices = {e.device for e in entries}
     static = _mode_static_w(config)
-    energy = sum(dynamic_j(e) for e in entries) + static * window * len(devices)
+    # The track's integral: static power over the window, plus what each command added to it.
+    energy = static * window * len(devices) + sum(
+        _above_static_w(e, static, e.end_ns - e.start_ns) * (min(e.end_ns, t1_ns) - max(e.start_ns, t0_ns)) * 1e-9
+        for e in entries if e.end_ns > e.start_ns and min(e.end_ns, t1_ns) > max(e.start_ns, t0_ns))
+    energy += sum(dynamic_j(e) for e in entries if e.end_ns <= e.start_ns)
     tracks = power_track(entries, config, t0_ns, t1_ns)
     peak = 0.0
     if tracks:   # the devices' tracks summed at every step of any of them

@@ -209,6 +209,14 @@ def test_the_efficiency_mode_throttles_on_the_firmware_path():
     assert slow.energy_j / ((slow.end_ns - slow.start_ns) * 1e-9) <= cap
     assert fast.energy_j / ((fast.end_ns - fast.start_ns) * 1e-9) > cap
     assert slow_rig.platform.endpoints[0].firmware.kernel_stats["matmul"].throttled == 1
+    # The power track of the throttled run stays under the cap (its static power at the lower voltage).
+    from runtime.report import energy_summary, power_track
+    entries = list(slow_rig.platform.endpoints[0].firmware.trace)
+    (track,) = power_track(entries, slow_rig.config, 0.0, slow.end_ns).values()
+    assert max(w for _, w in track) <= cap
+    summary = energy_summary(entries, slow_rig.config, 0.0, slow.end_ns)
+    assert summary["throttled_commands"] == 1 and summary["power_mode"] == "efficiency"
+    assert summary["peak_power_w"] == pytest.approx(slow.energy_j / ((slow.end_ns - slow.start_ns) * 1e-9))
 
 
 def test_emu_power_mode_selects_the_mode():
