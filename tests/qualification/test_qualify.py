@@ -46,7 +46,7 @@ def write_suite(tmp_path, workload_lines: str, head: str = "") -> Path:
 
 @pytest.mark.parametrize("lines, field, words", [
     ("precision = \"float64\"\n", "precision", "expected one of float32, bfloat16, float16"),
-    ("power_mode = \"turbo\"\n", "power_mode", "no named power modes yet"),
+    ("power_mode = \"turbo mode\"\n", "power_mode", "expected a power mode name"),
     ("fallback = \"sometimes\"\n", "fallback", "expected one of forbid, warn, allow"),
     ("warmup = -1\n", "warmup", "integer >= 0"),
     ("iterations = 0\n", "iterations", "integer >= 1"),
@@ -68,6 +68,14 @@ def test_a_bad_field_names_the_file_the_workload_and_the_field(tmp_path, lines, 
     assert str(path) in message and "workload 'w1'" in message and f"field {field!r}" in message, message
     assert words in message, message
     assert info.value.field == field and info.value.workload == "w1"
+
+
+def test_a_named_power_mode_reaches_the_device_and_default_leaves_the_description_s(tmp_path):
+    from torch_plugin.qualify.runner import workload_environment
+    default, = load_suite(write_suite(tmp_path, ""), zoo_names={"mlp"}).workloads
+    assert "EMU_POWER_MODE" not in workload_environment(default, base={"EMU_POWER_MODE": "max"})
+    named, = load_suite(write_suite(tmp_path, "power_mode = \"efficiency\"\n"), zoo_names={"mlp"}).workloads
+    assert workload_environment(named, base={})["EMU_POWER_MODE"] == "efficiency"
 
 
 def test_suite_level_errors_name_the_file(tmp_path):

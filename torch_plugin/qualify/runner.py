@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from torch_plugin.qualify.suite import Suite, Workload, load_suite
+from torch_plugin.qualify.suite import DEFAULT_POWER_MODE, Suite, Workload, load_suite
 from torch_plugin.qualify.worker import FORMAT
 
 WORKLOAD_TIMEOUT_S = 3600
@@ -29,6 +29,8 @@ def workload_environment(workload: Workload, base=None) -> dict:
     else:
         env["EMU_PRESET"] = workload.preset
     env.update(EMU_FIDELITY=workload.fidelity, EMU_MODE=workload.mode, EMU_HOST_FALLBACK=workload.fallback)
+    if workload.power_mode != DEFAULT_POWER_MODE:
+        env["EMU_POWER_MODE"] = workload.power_mode
     return env
 
 

@@ -28,9 +28,9 @@ DISTRIBUTIONS = {"zoo": "the zoo spec's own batch drawn from the seed (floats st
                         "integers uniform over the spec's range), at the spec's shapes",
                  "uniform_tokens": "token ids uniform over [low, high) (default [0, vocab_size)) from the seed"}
 COMPILE_OPTIONS = ("mode", "fullgraph", "dynamic", "options")
-# Power modes arrive with issue 21's power part (the hardware description's named modes); until
-# the description has them, the only mode there is is the description's own clock and voltage.
-POWER_MODES = ("default",)
+# "default" is the hardware description's own default_mode; any other name must be one of its
+# named modes ([device.power.modes.NAME]): the device checks it when it powers on (EMU_POWER_MODE).
+DEFAULT_POWER_MODE = "default"
 METRICS = ("device_time_s", "end_to_end_time_s", "samples_per_s", "tokens_per_s", "prefill_time_s",
            "decode_time_per_token_s", "peak_memory_bytes", "energy_j", "average_power_w", "peak_power_w")
 
@@ -59,7 +59,8 @@ FIELDS: dict[str, tuple] = {
     "iterations": (3, "steps in the measurement window; metrics are per step"),
     "preset": (None, "hardware preset (EMU_PRESET); default 'default' unless hardware is given"),
     "hardware": (None, "path of a TOML hardware description (EMU_CONFIG), relative to the suite file"),
-    "power_mode": ("default", "the hardware's power mode: " + ", ".join(POWER_MODES)),
+    "power_mode": (DEFAULT_POWER_MODE, "the hardware's power mode (EMU_POWER_MODE): 'default' (the "
+                                         "description's default_mode) or one of its [device.power.modes] names"),
     "fidelity": ("kernel", "timing fidelity (EMU_FIDELITY): " + ", ".join(FIDELITIES)),
     "mode": ("functional", "EMU_MODE: 'functional' computes values, 'projection' only times them"),
     "fallback": ("forbid", "EMU_HOST_FALLBACK: 'forbid' (a qualified result), 'warn' or 'allow' (unqualified)"),
@@ -195,9 +196,10 @@ def _workload(path: Path, index: int, row, zoo_names) -> Workload:
                           ("fallback", FALLBACKS)):
         if values[name] not in choices:
             raise fail(name, f"expected one of {', '.join(choices)}; got {values[name]!r}")
-    if values["power_mode"] not in POWER_MODES:
-        raise fail("power_mode", f"{values['power_mode']!r}: the hardware description has no named power modes yet "
-                                 f"(issue 21's power part adds them); only {', '.join(map(repr, POWER_MODES))} runs")
+    _typed(fail, values, "power_mode", str)
+    if not _NAME.match(values["power_mode"]):
+        raise fail("power_mode", f"expected a power mode name (letters, digits, '-', '_', '.'); "
+                                 f"got {values['power_mode']!r}")
     for name, low in (("warmup", 0), ("iterations", 1), ("concurrency", 1), ("decode_tokens", 0)):
         _int(fail, values, name, low)
     for name in ("batch", "prefill_tokens"):
