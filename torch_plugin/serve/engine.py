@@ -21,11 +21,12 @@ cache has) is refused at admission with :class:`RequestTooLargeError` (a ``Value
 both numbers); transformers' scheduler would otherwise fail every request in flight.
 
 In projection mode (``EMU_MODE=projection``) no value exists to read: the step's host read of the
-sampled ids is replaced by placeholder ids (0) of the same count (and the engine's seed, which
-makes a round trip through a device tensor for a tensor-parallel group, is set on the host), so every request generates its
-``max_new_tokens`` (no EOS check) and each step's commands and times are those of a functional
-run of the same lengths. transformers' async batching (double-buffered IO on extra streams) is
-cuda/xpu only in transformers 5.24, so the engine runs in its synchronous mode.
+sampled ids is replaced by placeholder ids (0) of the same count, after the same synchronisation
+(and the engine's seed, which makes a round trip through a device tensor for a tensor-parallel
+group, is set on the host), so every request generates its ``max_new_tokens`` (no EOS check) and
+each step's commands and times are those of a functional run of the same lengths.
+transformers' async batching (double-buffered IO on extra streams) is cuda/xpu only in
+transformers 5.24, so the engine runs in its synchronous mode.
 """
 from __future__ import annotations
 

@@ -142,13 +142,13 @@ def cache_bytes(shape: ModelShape, tokens: int, page_size: int) -> int:
     return _rounded(tokens * kv_bytes_per_token(shape) + 2 * sector)
 
 
-def engine_bytes(shape: ModelShape, tokens: int, batch_tokens: int, requests: int) -> int:
+def engine_bytes(shape: ModelShape, tokens: int, batch_tokens: int) -> int:
     """The engine's static tensors beside the cache (transformers' ContinuousBatchingIOs, SDPA path):
     the varlen attention mask [batch tokens, cache tokens + batch tokens] in the model's dtype, the
-    int32 bulk inputs (7 rows of batch tokens + 1 rounded to 32) and output ids, the int64 write index (batch tokens) and read index (cache + batch tokens),
-    each rounded to the allocator's block (the block table is empty without flash attention, and
-    greedy decoding has no logits processor tensors). ``requests`` bounds the per-request rows, which live inside the bulk tensor."""
-    del requests
+    int32 bulk inputs (7 rows of batch tokens + 1 rounded to 32) and output ids, the int64 write
+    index (batch tokens) and read index (cache + batch tokens), each rounded to the allocator's
+    block (the block table is empty without flash attention, and greedy decoding has no logits
+    processor tensors; the per-request rows live inside the bulk tensor)."""
     m = batch_tokens
     mask = m * (tokens + m) * shape.itemsize
     bulk = 7 * (-(-(m + 1) // 32) * 32) * 4
@@ -179,7 +179,7 @@ def fits_tokens(shape: ModelShape, capacity: int, weights: int, page_size: int, 
     """The most cache tokens (whole pages) for which the weights, the cache, the engine's tensors
     and the worst step (``chunk`` query tokens attending to the whole cache) fit ``capacity``."""
     def need(tokens):
-        return (weights + cache_bytes(shape, tokens, page_size) + engine_bytes(shape, tokens, chunk, batch)
+        return (weights + cache_bytes(shape, tokens, page_size) + engine_bytes(shape, tokens, chunk)
                 + activation_bytes(shape, chunk, tokens + chunk, batch))
     lo, hi = 0, max(1, capacity // kv_bytes_per_token(shape) // page_size + 1)
     if need(0) > capacity:
@@ -200,7 +200,7 @@ def make_plan(model, name: str, dtype_name: str, capacity: int, batch: int, seq_
     per_token = kv_bytes_per_token(shape)
     activations = step_activations(shape, batch, seq_len, chunk)
     tokens = fits_tokens(shape, capacity, weights, page_size, chunk, batch)
-    engine = engine_bytes(shape, tokens, chunk, batch)
+    engine = engine_bytes(shape, tokens, chunk)
     return Plan(model=name, dtype=dtype_name, parameters=parameters, weights_bytes=weights,
                 kv_bytes_per_token=per_token, page_size=page_size, batch=batch, seq_len=seq_len, chunk=chunk,
                 activation_bytes=activations, engine_bytes_at_fit=engine, device_capacity_bytes=capacity,
