@@ -49,6 +49,8 @@ def test_bench_writes_its_json_and_plot(functional_run):
     assert len(mem) >= 5 and all(m["allocated_bytes"] <= m["reserved_bytes"] for m in mem)
     assert max(m["kv_used_bytes"] for m in mem) > 0 and mem[-1]["kv_used_bytes"] == 0
     assert r["peak_device_memory_bytes"] <= r["device_capacity_bytes"]
+    kernels = {k["kernel"] for k in r["top_kernels"]}
+    assert r["verdict"] in ("device-bound", "host-bound", "launch-bound") and "matmul" in kernels, r["top_kernels"]
     with open(png, "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
     assert 5_000 < os.path.getsize(png) < 400_000
