@@ -127,6 +127,22 @@ cdef void _copy_same(char* dst, Py_ssize_t ds, const char* src, Py_ssize_t ss,
             memmove(dst + i * ds, src + i * ss, 16)
 
 
+cdef void _fnuz_to_u64(const char* p, Py_ssize_t s, int sdt, Py_ssize_t n, char* d, Py_ssize_t ds) noexcept nogil:
+    """fnuz float8 -> uint64 as CPU converts it: its one NaN (a signalling float32 NaN there) gives
+    0 where the quiet NaNs of the other formats give 2**63 (x86's unsigned sequence takes the other
+    branch); every other code as any float -> uint64."""
+    cdef Py_ssize_t i
+    cdef uint8_t c
+    cdef float f
+    for i in range(n):
+        c = <uint8_t>p[i * s]
+        if c == 0x80:
+            ek_st_i64(d + i * ds, 0)
+        else:
+            f8_load(p + i * s, s, sdt, 1, &f)
+            ek_st_i64(d + i * ds, <int64_t>sk_f_to_u64(<double>f))
+
+
 cdef void _copy_rows(NdIter* it, char** ptrs, int ddt, int sdt) noexcept nogil:
     """Real dtypes (any pair), or the same dtype (complex too)."""
     cdef Py_ssize_t n = iter_row_len(it), ds = iter_row_stride(it, 0), ss = iter_row_stride(it, 1)
@@ -145,6 +161,8 @@ cdef void _copy_rows(NdIter* it, char** ptrs, int ddt, int sdt) noexcept nogil:
             _copy_same(ptrs[0], ds, ptrs[1], ss, n, itemsize_of(ddt))
         elif ddt == DT_FLOAT16 and is_float8(sdt):
             f8_to_half(ptrs[1], ss, sdt, n, ptrs[0], ds)
+        elif ddt == DT_UINT64 and (sdt == DT_FLOAT8_E4M3FNUZ or sdt == DT_FLOAT8_E5M2FNUZ):
+            _fnuz_to_u64(ptrs[1], ss, sdt, n, ptrs[0], ds)
         else:
             j = 0
             while j < n:
