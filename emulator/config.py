@@ -131,7 +131,6 @@ class MatrixRates(_Validated):
     float32: float = _rate(0.25, "MACs per PE per cycle on float32 operands")
     float64: float = _rate(0.0625, "MACs per PE per cycle on float64 operands")
     float8: float = _rate(2.0, "MACs per PE per cycle on float8 operands (_scaled_mm; default: twice bfloat16)")
-    float8: float = _rate(2.0, "MACs per PE per cycle on float8 operands (_scaled_mm; default: twice bfloat16)")
 
 
 @dataclass(frozen=True)
@@ -159,8 +158,6 @@ def _rate_class(dtype: str, matrix: bool) -> str:
         return "int32"
     if dtype in ("int64", "uint64"):
         return "int32" if matrix else "int64"
-    if dtype.startswith("float8_"):   # one-byte floats: the matrix engine's fp8 rate; vector ops widen them
-        return "float8" if matrix else "int8"
     if dtype.startswith("float8_"):   # one-byte floats: the matrix engine's fp8 rate; vector ops widen them
         return "float8" if matrix else "int8"
     raise ValueError(f"unknown element type {dtype!r}")
