@@ -1616,6 +1616,65 @@ def _matmul_epilogue_cost(device, out, a, b, c, beta, alpha, program: str, view,
     return cost._replace(ns=ns, flops=cost.flops + view.numel * flops, cycles=round(ns * device.config.clock_ghz))
 
 
+def _bmm_epilogue(out: Operand, a: Operand, b: Operand, program: str, view: Operand, *inputs: Operand):
+    """out (B, M, N) = a @ b per batch (the bmm kernel), then the epilogue program over ``view``
+    (out's memory in the consumer's shape; the program's input 0) and ``inputs``."""
+    _bmm(out, a, b, None, 0.0, 1.0)
+    _fused_pointwise(view, program, view, *inputs)
+
+
+def _bmm_epilogue_cost(device, out, a, b, program: str, view, *inputs):
+    # As matmul_epilogue: the product's tiles pass through the epilogue before they are stored.
+    _, _, cycles, flops = parse_fused_program(program)
+    batch, M, K = a.shape
+    N = b.shape[2]
+    traffic = memory.gemm(device, M, N, K, a, b, out, None, batch)
+    extra = sum(x.nbytes for x in inputs)
+    cost = _roofline(device, device.matrix_engine.gemm(M, N, K, a.dtype, batch, what="bmm"), traffic.hbm + extra,
+                     2 * batch * M * N * K, traffic.store, traffic.cache + extra)
+    ns = cost.ns + device.vector_engine.elementwise(view.numel, cycles, view.dtype).ns
+    return cost._replace(ns=ns, flops=cost.flops + view.numel * flops, cycles=round(ns * device.config.clock_ghz))
+
+
+# Row reductions with their elementwise producers (prologue) and consumer (epilogue) in one
+# kernel: the prologue program is evaluated into ``out`` (its rounding per op, as eager's chain
+# stores it), the reduction runs on those rows in place (norm.pyx's own row code, so the values
+# are eager's), then the epilogue program runs over ``out`` in place (its input 0). On the chip
+# the rows stay in the scratchpad between the three: HBM sees the prologue's inputs read once,
+# the epilogue's extra inputs read once, and ``out`` written once.
+def _fused_softmax(out: Operand, dim: int, safe: bool, prologue: str, n_prologue: int, epilogue: str,
+                   *inputs: Operand):
+    _fused_pointwise(out, prologue, *inputs[:n_prologue])
+    _softmax(out, out, dim, safe)
+    if epilogue:
+        _fused_pointwise(out, epilogue, out, *inputs[n_prologue:])
+
+
+def _fused_layer_norm(y: Operand, mean: Operand, rstd: Operand, w, b, n_outer: int, eps: float, prologue: str,
+                      n_prologue: int, epilogue: str, *inputs: Operand):
+    _fused_pointwise(y, prologue, *inputs[:n_prologue])
+    _norm_forward(y, y, w, b, mean, rstd, None, None, None, None, n_outer, eps, 0.0, True, False)
+    if epilogue:
+        _fused_pointwise(y, epilogue, y, *inputs[n_prologue:])
+
+
+def _fused_row_cost(reduction_cycles: float, reduction_flops: int, program_at: tuple):
+    """One pass: every input read once, the outputs written once; the vector work of the
+    reduction plus both programs (``program_at``: the argument positions of the two programs)."""
+    def cost(device, *args):
+        operands = [a for a in args if isinstance(a, Operand)]
+        out = operands[0]
+        cycles, flops = reduction_cycles, reduction_flops
+        for at in program_at:
+            if args[at]:
+                _, _, c, f = parse_fused_program(args[at])
+                cycles, flops = cycles + c, flops + f
+        traffic = memory.elementwise(device, out, operands[1:])
+        return _roofline(device, device.vector_engine.elementwise(out.numel, cycles, out.dtype), traffic.hbm,
+                         out.numel * flops, traffic.store, traffic.cache)
+    return cost
+
+
 def _fused_add_rms_norm(out: Operand, new_residual: Operand, x: Operand, residual: Operand, weight: Operand,
                         eps: float):
     rows = prod(x.shape[:-1])
@@ -2049,6 +2108,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     # -- fused kernels (fused.pyx): compiled graphs and the emu:: custom operators
     Kernel("fused_pointwise", "vector", _fused_pointwise, _fused_pointwise_cost),
     Kernel("matmul_epilogue", "matrix", _matmul_epilogue, _matmul_epilogue_cost),
+    Kernel("bmm_epilogue", "matrix", _bmm_epilogue, _bmm_epilogue_cost),
+    Kernel("fused_softmax", "vector", _fused_softmax, _fused_row_cost(4.0, 4, (3, 5))),
+    Kernel("fused_layer_norm", "vector", _fused_layer_norm, _fused_row_cost(4.0, 7, (7, 9))),
     # add + sum of squares + scale per element (the norm kernels' rate for the statistics pass)
     Kernel("fused_add_rms_norm", "vector", _fused_add_rms_norm, _row_kernel_cost(4.0, 5)),
     Kernel("row_normalize", "vector", _row_normalize, _row_kernel_cost(3.0, 3)),

@@ -134,7 +134,8 @@ def test_gpt2_block_matches_eager_and_launches_fewer_kernels(fresh_dynamo):
         compiled(x)  # (the inference graph compiles here)
         out, compiled_kernels = kernels_launched(lambda: compiled(x))
     assert sum(compiled_kernels.values()) < sum(eager_kernels.values())
-    assert compiled_kernels.get("fused_pointwise", 0) >= 1
+    # the attention's scale and mask: a bmm epilogue or a fused softmax (issue 22), else a chain
+    assert sum(compiled_kernels.get(k, 0) for k in ("fused_pointwise", "bmm_epilogue", "fused_softmax")) >= 1
     assert compiled_kernels.get("matmul_epilogue", 0) >= 1   # the MLP's fc + GELU
     torch.testing.assert_close(out.cpu(), eager(x).detach().cpu(), rtol=1e-4, atol=1e-5)
 
@@ -295,7 +296,8 @@ def test_every_fusible_op_kind_matches_eager(fresh_dynamo):
         assert got.dtype == expected.dtype
         torch.testing.assert_close(got.cpu(), expected.cpu(), rtol=1e-5, atol=1e-6)
     stats = compile_stats()
-    assert stats["fused_kernels"] == 3 and stats["fused_ops"] >= 40 and stats["aten_ops"] <= 2
+    # (2 kernels since the recompute rule inlines a shared cheap producer into both its users)
+    assert stats["fused_kernels"] <= 3 and stats["fused_ops"] >= 40 and stats["aten_ops"] <= 2
 
 
 def test_compiled_execution_is_counted_in_telemetry(fresh_dynamo):

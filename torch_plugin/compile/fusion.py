@@ -234,3 +234,29 @@ def combine(parts: list, fused, tail) -> Expr | None:
         return None
     # ops: the graph nodes the expression evaluates (this one and those inlined into it)
     return Expr(tokens, unique, depth, sum(p.ops for p in parts) + 1)
+
+
+def _nbytes(node) -> int:
+    v = value_of(node)
+    if not isinstance(v, torch.Tensor):
+        return 0
+    n = 1
+    for extent, stride in zip(v.shape, v.stride()):
+        n *= extent if stride else 1
+    return n * v.element_size()
+
+
+def recompute_pays(node: Node, expr: Expr) -> bool:
+    """The recompute rule for a fusible value with several users: inline (recompute) it inside
+    every user's kernel when that moves fewer bytes, counting each of its ``n`` users re-reading
+    all of its expression's inputs (an upper bound: a user that reads one already reads it once):
+        n * bytes(its expression's inputs)  <  bytes(value) * (1 + n)
+    the right side being what materialising it costs (one write, ``n`` reads). Every user must be
+    a fusible elementwise op (one that is not, a matmul or a reduction, reads the value from
+    memory anyway). The vector work is repeated per user; the bytes decide, as the fused kernels
+    are memory-bound."""
+    users = list(node.users)
+    if len(users) < 2 or any(op_tokens(u) is None for u in users):
+        return False
+    n = len(users)
+    return n * sum(_nbytes(leaf) for leaf in expr.leaves) < _nbytes(node) * (1 + n)

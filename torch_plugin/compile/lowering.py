@@ -9,7 +9,13 @@ Steps:
   ``fused``     a chain of elementwise ops, ONE ``fused_pointwise`` launch (fusion.py);
   ``epilogue``  mm/addmm whose only consumer is an elementwise chain over its whole result
                 (bias, activation, residual): ONE ``matmul_epilogue`` launch;
+  ``epilogue``  also bmm with such a consumer: ONE ``bmm_epilogue`` launch;
+  ``row``       softmax / layer norm with its producer chain and/or consumer chain: ONE
+                ``fused_softmax`` / ``fused_layer_norm`` launch (``_row_fusion_of``);
   ``aten``      any other op, through the dispatcher (its native kernels, or its path as eager).
+
+A producer with several users is recomputed inside each of them when fusion.recompute_pays says
+that moves fewer bytes.
 
 Buffers: each fused/epilogue result that does not escape the graph (not an output, not viewed
 by one) gets a slot; a slot is reused by a later result of the same dtype once every value
@@ -30,7 +36,9 @@ from torch_plugin.ops._common import broadcast_shape, broadcast_strides, current
     empty_like_layout, rt
 
 aten = torch.ops.aten
-_MATMULS = (aten.mm.default, aten.addmm.default)
+_MATMULS = (aten.mm.default, aten.addmm.default, aten.bmm.default)
+_SOFTMAXES = (aten._softmax.default, aten._safe_softmax.default)
+_ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 _EPILOGUE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -92,7 +100,7 @@ class DeviceProgram:
         self.steps: list[Step] = []
         self.output_args = None
         self.stats = {"fused_kernels": 0, "fused_ops": 0, "epilogues": 0, "aten_ops": 0, "planned_buffers": 0,
-                      "buffer_slots": 0, "constant_steps": 0}
+                      "buffer_slots": 0, "constant_steps": 0, "row_fusions": 0, "bmm_epilogues": 0}
         self._lower()
         self._constants: dict = {}      # step node -> its value, kept from the first run
         self._find_constants()
@@ -112,7 +120,13 @@ class DeviceProgram:
         self.output_args = output.args[0]
         outputs = set(_nodes_in(self.output_args))
         exprs: dict[Node, fusion.Expr] = {}
-        inlined: set[Node] = set()
+        inlined: dict[Node, int] = {}   # producer -> how many of its users inlined it
+        decided: dict[Node, bool] = {}
+
+        def recompute(a):
+            if a not in decided:
+                decided[a] = fusion.recompute_pays(a, exprs[a])
+            return decided[a]
         for node in nodes:
             fused = fusion.op_tokens(node)
             if fused is None:
@@ -123,7 +137,7 @@ class DeviceProgram:
                 parts, taken = [], []
                 for a in operands:
                     if isinstance(a, Node):
-                        if inline and a in exprs and len(a.users) == 1 and a not in outputs:
+                        if inline and a in exprs and a not in outputs and (len(a.users) == 1 or recompute(a)):
                             parts.append(exprs[a])
                             taken.append(a)
                         else:
@@ -140,10 +154,13 @@ class DeviceProgram:
                 if expr is None:
                     continue
             exprs[node] = expr
-            inlined.update(taken)
+            for a in dict.fromkeys(taken):
+                inlined[a] = inlined.get(a, 0) + 1
+        # a producer disappears only when every user recomputes it; else its own step stays
+        inlined = {a for a, n in inlined.items() if n == len(a.users)}
         # A chain of one op stays an aten op (its own kernel: nothing to fuse), unless it is a
         # matmul's epilogue. (A consumer that inlined something is a chain of two ops or more.)
-        roots = {n: e for n, e in exprs.items() if n not in inlined}
+        roots = self._roots = {n: e for n, e in exprs.items() if n not in inlined}
         absorbed: set[Node] = set(inlined)
         epilogues = {}
         for node, expr in roots.items():
@@ -151,12 +168,21 @@ class DeviceProgram:
             if found is not None:
                 epilogues[node] = found
                 absorbed.update(found[2])
+        rows = {}
+        for node in nodes:
+            found = self._row_fusion_of(node, roots, epilogues, absorbed, outputs)
+            if found is not None:
+                rows[found[-1]] = found
+                absorbed.update(n for n in found[:4] if n is not None)
+                absorbed.discard(found[-1])
         groups = {n: e for n, e in roots.items() if n in epilogues or e.ops >= 2}
         for node in nodes:
             if node.op == "placeholder":
                 self.placeholders.append(node)
             elif node.op == "output" or node in absorbed:
                 continue
+            elif node in rows:
+                self.steps.append(self._row_step(*rows[node]))
             elif node in epilogues:
                 self.steps.append(self._epilogue_step(node, groups[node], *epilogues[node][:2]))
             elif node in groups:
@@ -192,6 +218,127 @@ class DeviceProgram:
                 continue
             return mm, view, {mm} | ({view} if view is not None else set())
         return None
+
+    def _row_fusion_of(self, node, roots, epilogues, absorbed, outputs):
+        """A softmax or layer norm fused with its elementwise producer chain (prologue: the chain
+        whose only user it is) and its consumer chain (epilogue: the chain that is the only user of
+        its result): (reduction, prologue root or None, getitem or None, epilogue root or None,
+        prologue expression, last node). None when neither fuses, or eager's arithmetic could
+        differ (a non-contiguous input: the rows' summation order; mixed parameter dtypes)."""
+        if node.op != "call_function" or node.target not in (*_SOFTMAXES, aten.native_layer_norm.default):
+            return None
+        claimed = getattr(self, "_claimed", None)
+        if claimed is None:
+            claimed = self._claimed = set()
+        x = node.args[0]
+        xv = value_of(x)
+        if not isinstance(x, Node) or not fusion._is_emu_tensor(xv) or xv.dtype not in _ROW_DTYPES \
+                or xv.dim() == 0 or not xv.is_contiguous():
+            return None
+        is_norm = node.target is aten.native_layer_norm.default
+        if is_norm:
+            _, shape, weight, bias, eps = (list(node.args) + [None] * 5)[:5]
+            if node.kwargs or eps is None or fusion._constant(eps) is None:
+                return None
+            for p in (weight, bias):
+                if p is not None and (not isinstance(p, Node) or value_of(p) is None or value_of(p).dtype != xv.dtype):
+                    return None
+        else:
+            if node.target is aten._safe_softmax.default and (node.kwargs.get("dtype", node.args[2] if len(
+                    node.args) > 2 else None) not in (None, xv.dtype)):
+                return None
+            if node.target is aten._softmax.default and node.kwargs:
+                return None
+        prologue = x if (x in roots and x not in epilogues and x not in claimed and x not in absorbed
+                         and len(x.users) == 1 and x not in outputs) else None
+        # the epilogue: the chain over the whole result that is its only user
+        result, getitem = node, None
+        if is_norm:
+            if len(node.users) == 1:
+                (getitem,) = node.users
+                if getitem.target is operator.getitem and getitem.args[1] == 0 and getitem not in outputs:
+                    result = getitem
+            if result is node:
+                result = None
+        epilogue = None
+        out = value_of(node)
+        out = out[0] if is_norm else out
+        if result is not None and len(result.users) == 1 and result not in outputs:
+            # the chain root that reads it (its one user, or the chain its user is inlined into)
+            chain = [u for u, e in roots.items() if result in e.leaves]
+            user = chain[0] if len(chain) == 1 else None
+            uv = value_of(user)
+            if user in roots and user not in epilogues and user not in claimed and user not in absorbed \
+                    and uv is not None and uv.dtype == out.dtype and tuple(uv.shape) == tuple(out.shape):
+                epilogue = user
+        if prologue is None and epilogue is None:
+            return None
+        if epilogue is None:
+            getitem = None
+        claimed.update(n for n in (prologue, epilogue) if n is not None)
+        expr = roots[prologue] if prologue is not None else fusion.leaf_expr(x)
+        last = epilogue if epilogue is not None else node
+        return node, prologue, getitem, epilogue, expr, last
+
+    def _row_step(self, node, prologue, getitem, epilogue, expr, last):
+        pro_leaves = tuple(expr.leaves)
+        pro_program = expr.program({leaf: i for i, leaf in enumerate(pro_leaves)})
+        result = getitem if getitem is not None else node
+        if epilogue is not None:
+            epi = self._roots[epilogue]
+            epi_leaves = tuple(leaf for leaf in epi.leaves if leaf is not result)
+            epi_program = epi.program({leaf: i for i, leaf in enumerate((result, *epi_leaves))})
+        else:
+            epi_leaves, epi_program = (), ""
+        is_norm = node.target is aten.native_layer_norm.default
+        x_shape = tuple(value_of(node.args[0]).shape)
+        out_value = value_of(node)[0] if is_norm else value_of(node)
+        out_dtype = out_value.dtype
+        params = ()
+        if is_norm:
+            _, normalized, weight, bias, eps = (list(node.args) + [None] * 5)[:5]
+            axis = len(x_shape) - len(normalized)
+            params = tuple(p for p in (weight, bias) if isinstance(p, Node))
+            stat_dtype = value_of(node)[1].dtype
+        else:
+            dim = node.args[1] % len(x_shape)
+            safe = node.target is aten._safe_softmax.default
+        reads = tuple(dict.fromkeys((*pro_leaves, *params, *epi_leaves)))
+        self.stats["row_fusions"] += 1
+        self.stats["fused_ops"] += expr.ops + 1 + (self._roots[epilogue].ops if epilogue is not None else 0)
+        kind = "fused_layer_norm" if is_norm else "fused_softmax"
+        step = Step("row", last, reads, None)
+
+        def run(env):
+            pro_inputs = [env[leaf] for leaf in pro_leaves]
+            epi_inputs = [env[leaf] for leaf in epi_leaves]
+            device = pro_inputs[0].get_device()
+            emu = torch.device("emu", device)
+            out = torch.empty(x_shape, dtype=out_dtype, device=emu)
+            refs = [device_ref(t, x_shape, broadcast_strides(t, x_shape)) for t in (*pro_inputs, *epi_inputs)]
+            record = _begin("compiled::" + kind, (*pro_inputs, *epi_inputs))
+            if is_norm:
+                outer = x_shape[:axis]
+                mean = torch.empty(outer + (1,) * (len(x_shape) - axis), dtype=stat_dtype, device=emu)
+                rstd = torch.empty(mean.shape, dtype=stat_dtype, device=emu)
+                w, b = (None if p is None else env[p] for p in (weight, bias))
+                if mean.numel():
+                    rt().launch(kind, (device_ref(out), device_ref(mean, outer, mean.stride()[:axis]),
+                                       device_ref(rstd, outer, rstd.stride()[:axis]),
+                                       None if w is None else device_ref(w, x_shape, broadcast_strides(w, x_shape)),
+                                       None if b is None else device_ref(b, x_shape, broadcast_strides(b, x_shape)),
+                                       axis, float(eps), pro_program, len(pro_inputs), epi_program, *refs),
+                                current_stream(device))
+                value = out if epilogue is not None else (out, mean, rstd)
+            else:
+                if out.numel():
+                    rt().launch(kind, (device_ref(out), dim, safe, pro_program, len(pro_inputs), epi_program, *refs),
+                                current_stream(device))
+                value = out
+            _end("compiled::" + kind, record)
+            return value
+        step.fn = run
+        return step
 
     def _aten_step(self, node):
         target, args, kwargs = node.target, node.args, node.kwargs
@@ -232,6 +379,9 @@ class DeviceProgram:
         product = view if view is not None else mm
         program = expr.program({leaf: i for i, leaf in enumerate((product, *others))})
         has_bias = mm.target is aten.addmm.default
+        is_bmm = mm.target is aten.bmm.default
+        if is_bmm:
+            self.stats["bmm_epilogues"] += 1
         mm_args = mm.args
         beta = float(mm.kwargs.get("beta", 1)) if has_bias else 0.0
         alpha = float(mm.kwargs.get("alpha", 1))
@@ -250,12 +400,22 @@ class DeviceProgram:
             inputs = [env[leaf] for leaf in others]
             if a.dtype != b.dtype or alpha == 0 or (bias is not None and bias.dtype != a.dtype):
                 return self._epilogue_unfused(env, mm, view, program, inputs)
-            M, N = a.shape[0], b.shape[1]
-            out = torch.empty((M, N), dtype=a.dtype, device=a.device)
+            if is_bmm:
+                out = torch.empty((a.shape[0], a.shape[1], b.shape[2]), dtype=a.dtype, device=a.device)
+            else:
+                M, N = a.shape[0], b.shape[1]
+                out = torch.empty((M, N), dtype=a.dtype, device=a.device)
             product_view = view_target(out, *_resolve(view_rest, env)) if view_target is not None else out
             shape = tuple(product_view.shape)
             if broadcast_shape(shape, *[tuple(t.shape) for t in inputs]) != shape or out.numel() == 0:
                 return self._epilogue_unfused(env, mm, view, program, inputs)
+            refs = [device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs]
+            if is_bmm:
+                record = _begin("compiled::bmm_epilogue", (a, b, *inputs))
+                rt().launch("bmm_epilogue", (device_ref(out), device_ref(a), device_ref(b), program,
+                                             device_ref(product_view), *refs), current_stream(a.get_device()))
+                _end("compiled::bmm_epilogue", record)
+                return product_view
             c = None
             if bias is not None and beta != 0:
                 c = device_ref(bias, (M, N), broadcast_strides(bias, (M, N)))

@@ -6,6 +6,8 @@ graph_breaks      graph breaks dynamo reported since the last reset (its own cou
 fused_kernels     fused_pointwise launches per run of the lowered graphs, summed over graphs
 fused_ops         aten ops those kernels (and the epilogues) absorbed
 epilogues         matmuls with their elementwise consumer fused in (one matmul_epilogue launch)
+bmm_epilogues     of those, bmms (one bmm_epilogue launch)
+row_fusions       softmaxes and layer norms fused with their producer and/or consumer chain
 aten_ops          ops the programs run through the dispatcher (their own kernels, or their path)
 planned_buffers   fused results given a planned slot; buffer_slots: the slots they share
 constant_steps    steps that depend on no graph input, computed in the first run and kept
@@ -63,7 +65,8 @@ def note_replay(capture) -> None:
 def compile_stats() -> dict:
     keys = ("graphs_compiled", "recompiles", "graph_breaks", "fused_kernels", "fused_ops", "epilogues", "aten_ops",
             "planned_buffers", "buffer_slots", "constant_steps", "outside_program", "captures", "refused_captures",
-            "segments", "boundaries", "captured_commands", "pool_bytes", "replays", "replayed_segments")
+            "segments", "boundaries", "captured_commands", "pool_bytes", "replays", "replayed_segments",
+            "row_fusions", "bmm_epilogues")
     with _lock:
         result = {k: _counts.get(k, 0) for k in keys}
     result["graph_breaks"] = _dynamo_graph_breaks() - _graph_breaks_at_reset
