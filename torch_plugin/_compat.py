@@ -16,6 +16,19 @@ MAIN_TORCH = "2.13.0"     # the release the full suite runs on (Makefile's DEPS,
 PACKAGE = "seed-emu"
 
 
+# aten operators a series of the window no longer defines (name or name.overload -> the first series
+# without it): the registry leaves them out there instead of failing to register.
+ATEN_OPS_REMOVED: dict[str, tuple[int, int]] = {
+    "cholesky": (2, 14), "cholesky.out": (2, 14),   # torch.cholesky left aten in 2.14 (linalg_cholesky stays)
+}
+
+
+def aten_ops_absent(torch_version: str) -> frozenset[str]:
+    """The aten operators of ATEN_OPS_REMOVED that ``torch_version`` no longer has."""
+    found = series(torch_version)
+    return frozenset(op for op, gone in ATEN_OPS_REMOVED.items() if found is not None and found >= gone)
+
+
 class TorchVersionError(ImportError):
     """The torch found is outside the plugin's supported window, or is not the torch the C++ core was
     built against (an ImportError: the plugin cannot be imported here)."""

@@ -126,3 +126,17 @@ def test_inside_the_window_autoload_registers_emu():
     result = _run("", "import torch\nprint('EMU', torch.ones(2, device='emu').sum().item(), torch.emu.is_available())\n")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "EMU 2.0 True" in result.stdout
+
+
+def test_removed_aten_ops_match_this_torch():
+    """ATEN_OPS_REMOVED is what the running torch defines: an op listed as gone from this series is
+    absent here, one listed as gone from a later series is still here (so the list cannot drift)."""
+    import torch
+    absent = _compat.aten_ops_absent(torch.__version__)
+    assert _compat.aten_ops_absent("2.13.0") == frozenset()
+    assert {"cholesky", "cholesky.out"} <= _compat.aten_ops_absent("2.14.1")
+    for op in _compat.ATEN_OPS_REMOVED:
+        name, _, overload = op.partition(".")
+        packet = getattr(torch.ops.aten, name, None)
+        defined = packet is not None and hasattr(packet, overload or "default")
+        assert defined == (op not in absent), f"aten::{op}: defined={defined} on torch {torch.__version__}"

@@ -5,6 +5,7 @@
 
 #include <ATen/core/Generator.h>
 #include <c10/core/GeneratorImpl.h>
+#include <torch/version.h>
 
 namespace emu {
 
@@ -27,6 +28,14 @@ struct EmuGeneratorImpl final : public c10::GeneratorImpl {
   // Returns (seed, offset) and advances offset by `increment`.
   // Caller must hold mutex_ (see Note [Acquire lock when using random generators]).
   std::pair<uint64_t, uint64_t> reserve(uint64_t increment);
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+  // torch 2.14 added this virtual (a reservation in CUDA's Philox stream). emu refuses it with a
+  // clear error (hooks.cpp); the override also keeps the core's vtable from naming the base's
+  // definition, which a 2.13 libc10 lacks.
+  void philox_state(uint64_t increment, at::Tensor& seed, at::Tensor& offset,
+                    at::Tensor& intragraph_offset) override;
+#endif
 
  private:
   EmuGeneratorImpl* clone_impl() const override;

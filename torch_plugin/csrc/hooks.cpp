@@ -4,6 +4,7 @@
 #include "generator.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/util/Exception.h>
 
@@ -90,6 +91,17 @@ std::pair<uint64_t, uint64_t> EmuGeneratorImpl::reserve(uint64_t increment) {
   offset_ += increment;
   return current;
 }
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+void EmuGeneratorImpl::philox_state(uint64_t, at::Tensor&, at::Tensor&, at::Tensor&) {
+  // The reservation it grants is a position in CUDA's Philox4x32-10 stream; the emu random
+  // kernels draw their own stream from (seed, offset), so answering would promise a stream
+  // that no emu kernel draws. Refuse rather than hand out a plausible wrong position.
+  TORCH_CHECK_NOT_IMPLEMENTED(false,
+      "Generator.philox_state is not supported on emu: the emu random kernels do not draw "
+      "CUDA's Philox4x32-10 stream (use the emu random operators, seeded by torch.manual_seed)");
+}
+#endif
 
 EmuGeneratorImpl* EmuGeneratorImpl::clone_impl() const {
   auto* gen = new EmuGeneratorImpl(device().index());

@@ -870,8 +870,10 @@ def native_kernels() -> dict:
 def register_all() -> None:
     from torch_plugin.ops import fallback
     from torch_plugin.ops import decompositions
+    from torch_plugin import _compat
     impl = torch.library.Library("aten", "IMPL")
-    natives = native_kernels()
+    absent = _compat.aten_ops_absent(torch.__version__)   # aten ops this torch no longer defines
+    natives = {name: fn for name, fn in native_kernels().items() if name not in absent}
     for name, fn in natives.items():
         impl.impl(name, _guarded(name, _native(name, fn)), "PrivateUse1")
     # Decompositions only for ops without a kernel, and only where every op they produce has a
