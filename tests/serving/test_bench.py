@@ -26,7 +26,7 @@ def _run(args, mode="functional", preset="tiny"):
 @pytest.fixture(scope="module")
 def functional_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("bench")
-    stdout = _run([*STREAM[:0], "bench", *STREAM, "--json", str(out / "b.json"), "--plot", str(out / "b.png")])
+    stdout = _run(["bench", *STREAM, "--profile", "--json", str(out / "b.json"), "--plot", str(out / "b.png")])
     with open(out / "b.json") as f:
         return stdout, json.load(f), out / "b.png"
 

@@ -12,8 +12,10 @@ prompt ids uniform over the vocabulary, all from ``--seed``. Every request gener
 output length (greedy, no EOS), in both modes. Reported: TTFT (arrival to first token) and time
 per output token (after the first) at p50/p90/p99, requests/s and output tokens/s over the
 stream's span (first arrival to last token), device memory allocated and reserved after each
-step, the requests refused (one that cannot fit the cache), and the profile's verdict and top
-kernels over the whole run. Times are the modelled host
+step, the requests refused (one that cannot fit the cache), and with ``--profile`` the
+profile's verdict and top kernels over the whole run (the profile keeps a record per op and the
+firmware trace keeps the newest EMU_TRACE_ENTRIES commands, 200k by default: a small stream's
+view). Times are the modelled host
 clock's (launches, waits and device work), never wall time.
 
 Without ``--num-blocks`` the cache gets the pages the capacity plan (serve/plan.py) leaves free
@@ -158,7 +160,10 @@ def main(argv=None) -> int:
     parser.add_argument("--num-blocks", type=int, default=None, help="KV cache pages (default: from the plan)")
     parser.add_argument("--max-batch-tokens", type=int, default=256, help="query tokens per step")
     parser.add_argument("--max-requests-per-batch", type=int, default=16)
-    parser.add_argument("--top", type=int, default=8, help="kernels listed (by modelled time)")
+    parser.add_argument("--profile", action="store_true",
+                        help="run under torch.emu.profile: the verdict and the top kernels (costs host memory and "
+                             "time per op: a small stream's view)")
+    parser.add_argument("--top", type=int, default=8, help="kernels listed with --profile (by modelled time)")
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--plot", help="write the latency plot (PNG) here")
     parser.add_argument("--no-progress", action="store_true")
@@ -207,9 +212,14 @@ def main(argv=None) -> int:
     torch.emu.reset_peak_memory_stats()
     config = engine.cb_config(num_blocks=num_blocks, page_size=args.page_size, max_batch_tokens=args.max_batch_tokens,
                               max_requests_per_batch=args.max_requests_per_batch)
-    with torch.emu.profile() as prof:   # the engine thread's kernels too (records carry their thread)
+    if args.profile:   # the engine thread's kernels too (profile records carry their thread)
+        with torch.emu.profile() as prof:
+            manager = engine.serve(model, requests, config, on_step=on_step)
+        report = prof.report()
+        profiled = {"verdict": report.verdict, "top_kernels": report.top_kernels(args.top)}
+    else:
         manager = engine.serve(model, requests, config, on_step=on_step)
-    report = prof.report()
+        profiled = {}
     if bar is not None:
         bar.close()
     rt = runtime.get_runtime()
@@ -223,8 +233,7 @@ def main(argv=None) -> int:
                          "max_requests_per_batch": args.max_requests_per_batch},
               "peak_device_memory_bytes": torch.emu.max_memory_allocated(),
               "device_capacity_bytes": torch.emu.mem_get_info()[1],
-              "verdict": report.verdict, "top_kernels": report.top_kernels(args.top),
-              **summary, "wall_time_s": time.perf_counter() - wall}
+              **profiled, **summary, "wall_time_s": time.perf_counter() - wall}
     print(format_result(result))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
@@ -249,9 +258,10 @@ def format_result(r: dict) -> str:
              f"over {r['span_s'] * 1e3:.2f} ms",
              f"  device memory: peak {r['peak_device_memory_bytes'] / 2 ** 20:.1f} MiB allocated of "
              f"{r['device_capacity_bytes'] / 2 ** 30:.2f} GiB; KV cache {r['engine']['num_blocks']} pages of "
-             f"{r['engine']['page_size']} tokens",
-             f"  verdict: {r['verdict']}; top kernels by modelled time:"]
-    for k in r["top_kernels"]:
+             f"{r['engine']['page_size']} tokens"]
+    if "verdict" in r:
+        lines.append(f"  verdict: {r['verdict']}; top kernels by modelled time:")
+    for k in r.get("top_kernels", ()):
         lines.append(f"    {k['kernel']:<36} x{k['count']:<6} {k['time_s'] * 1e3:10.3f} ms  {100 * k['share']:5.1f}%  "
                      f"{k['bound']}")
     lines.append(f"  emulation wall time: {r['wall_time_s']:.1f} s")
