@@ -14,6 +14,7 @@ install: $(STAMP)
 $(STAMP): $(SOURCES)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check $(DEPS)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps torchao==0.18.0
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-build-isolation -e .
 	touch $(STAMP)
 
