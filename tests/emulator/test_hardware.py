@@ -55,10 +55,10 @@ def test_a_config_file_starts_from_the_preset_it_names(tmp_path):
 
 def test_a_config_file_bad_field_names_it(tmp_path):
     path = tmp_path / "bad.toml"
-    path.write_text('preset = "default"\n[device.matrix_engine.macs_per_cycle]\nfloat8 = 4.0\n')
+    path.write_text('preset = "default"\n[device.matrix_engine.macs_per_cycle]\ncomplex32 = 4.0\n')
     with pytest.raises(ConfigError) as info:
         C.load_file(path)
-    assert info.value.field == "device.matrix_engine.macs_per_cycle.float8"
+    assert info.value.field == "device.matrix_engine.macs_per_cycle.complex32"
     path.write_text('preset = "default"\n[interconnect]\ntopology = "torus"\n')
     with pytest.raises(ConfigError) as info:
         C.load_file(path)
