@@ -255,7 +255,7 @@ class PowerModeConfig(_Validated):
     management may run at (a V/f curve, highest clock first) and the power cap it keeps under."""
     name: str = param("max", "", "the mode's name (its table's key)")
     clocks_ghz: tuple = param((), "GHz", "clock points of the V/f curve, highest first; the first is the "
-                                         "mode's top clock (at most device.clock_ghz). Empty: a generic curve "
+                                         "mode's top clock (points above device.clock_ghz are cut off there). Empty: a generic curve "
                                          "from device.clock_ghz at the nominal voltage to half that clock at "
                                          "3/4 of it")
     voltages_v: tuple = param((), "V", "core voltage at each clock point (non-increasing); empty with an empty "
@@ -376,13 +376,6 @@ class DeviceConfig(_Validated):
     mmu: MmuConfig = field(default_factory=MmuConfig)
     watchdog: WatchdogConfig = field(default_factory=WatchdogConfig)
     power: PowerConfig = field(default_factory=PowerConfig)
-
-    def __post_init__(self):
-        super().__post_init__()
-        for m in self.power.modes:   # the cost model times kernels at clock_ghz: a mode cannot exceed it
-            if m.clocks_ghz and m.clocks_ghz[0] > self.clock_ghz + 1e-9:
-                raise ConfigError(f"power.modes.{m.name}.clocks_ghz", f"top clock {m.clocks_ghz[0]} GHz exceeds "
-                                                                      f"device.clock_ghz ({self.clock_ghz})")
 
     @property
     def total_memory(self) -> int:

@@ -60,7 +60,15 @@ def curve(config: DeviceConfig, mode: PowerModeConfig) -> tuple[tuple, tuple]:
     """(clocks, voltages) of the mode's V/f curve, highest clock first (an empty curve: the device
     clock at the nominal voltage down to half that clock at 3/4 of it)."""
     if mode.clocks_ghz:
-        return mode.clocks_ghz, mode.voltages_v
+        clocks, volts = mode.clocks_ghz, mode.voltages_v
+        top = config.clock_ghz
+        if clocks[0] > top + 1e-9:
+            # The cost model times kernels at device.clock_ghz, so the curve is cut there (a description
+            # that lowers the device clock keeps its inherited modes' shape below it).
+            keep = [(f, v) for f, v in zip(clocks, volts) if f < top - 1e-9]
+            points = [(top, voltage_at(clocks, volts, top))] + keep
+            return tuple(f for f, _ in points), tuple(v for _, v in points)
+        return clocks, volts
     v = config.power.nominal_voltage_v
     return (config.clock_ghz, config.clock_ghz / 2), (v, 0.75 * v)
 

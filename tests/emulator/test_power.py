@@ -54,7 +54,6 @@ def decide(device_config, kernel, operands, mac_dtype="", mode=None):
     ({"modes": {"max": {"clocks_ghz": [1.2], "voltages_v": ["high"]}}}, "device.power.modes.max.voltages_v"),
     ({"modes": {"max": {"power_cap_w": 0.0}}}, "device.power.modes.max.power_cap_w"),
     ({"modes": {"max": {"boost": True}}}, "device.power.modes.max.boost"),
-    ({"modes": {"max": {"clocks_ghz": [2.0], "voltages_v": [1.0]}}}, "device.power.modes.max.clocks_ghz"),
 ])
 def test_bad_power_fields_name_the_field(power, field):
     with pytest.raises(ConfigError) as info:
@@ -282,3 +281,15 @@ def test_the_whole_run_timeline_and_report_carry_energy(tmp_path):
     assert counters and max(e["args"]["W"] for e in counters) > min(e["args"]["W"] for e in counters)
     text = torch.emu.performance_report()
     assert "energy uJ" in text and re.search(r"emu:0 energy: [0-9.e+-]+ J in its commands \(power mode max", text)
+
+
+def test_a_lower_device_clock_cuts_the_inherited_modes_curve_there():
+    from emulator import power
+    cfg = system("default", device={"clock_ghz": 1.0}).device   # the preset's modes start above 1.0 GHz
+    for mode in cfg.power.modes:
+        grid = power.clock_grid(cfg, mode)
+        assert grid[0][0] == pytest.approx(1.0)
+        assert all(f <= 1.0 + 1e-9 for f, _ in grid)
+        original = mode.clocks_ghz
+        if original and original[0] > 1.0:
+            assert grid[0][1] == pytest.approx(power.voltage_at(original, mode.voltages_v, 1.0))
