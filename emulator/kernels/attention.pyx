@@ -51,55 +51,8 @@ ctypedef fused real_t:
     double
 
 
-# -- the device's Philox4x32-10 stream (the same function as random.pyx's) ----------------------
-cdef enum:
-    PHILOX_M0 = 0xD2511F53
-    PHILOX_M1 = 0xCD9E8D57
-    PHILOX_W0 = 0x9E3779B9
-    PHILOX_W1 = 0xBB67AE85
-
-
-cdef void _philox(uint32_t* ctr, uint32_t k0, uint32_t k1, uint32_t* out) noexcept nogil:
-    cdef uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3], t0, t2
-    cdef uint64_t p0, p1
-    cdef int r
-    for r in range(10):
-        if r > 0:
-            k0 = k0 + <uint32_t>PHILOX_W0
-            k1 = k1 + <uint32_t>PHILOX_W1
-        p0 = <uint64_t><uint32_t>PHILOX_M0 * c0
-        p1 = <uint64_t><uint32_t>PHILOX_M1 * c2
-        t0 = <uint32_t>(p1 >> 32) ^ c1 ^ k0
-        t2 = <uint32_t>(p0 >> 32) ^ c3 ^ k1
-        c1 = <uint32_t>p1
-        c3 = <uint32_t>p0
-        c0 = t0
-        c2 = t2
-    out[0] = c0
-    out[1] = c1
-    out[2] = c2
-    out[3] = c3
-
-
-cdef struct Rng:
-    uint32_t k0, k1
-    uint64_t block
-    bint valid
-    uint32_t words[4]
-
-
-cdef inline uint32_t _word(Rng* s, uint64_t j) noexcept nogil:
-    cdef uint64_t b = j >> 2
-    cdef uint32_t ctr[4]
-    if not s.valid or b != s.block:
-        ctr[0] = <uint32_t>b
-        ctr[1] = <uint32_t>(b >> 32)
-        ctr[2] = 0
-        ctr[3] = 0
-        _philox(ctr, s.k0, s.k1, s.words)
-        s.block = b
-        s.valid = True
-    return s.words[j & 3]
+# -- the device's Philox4x32-10 stream (random.pyx's: _philox.pxi) -----------------------------
+include "_philox.pxi"
 
 
 # -- the kernel's operands ------------------------------------------------------------------------
@@ -134,7 +87,7 @@ cdef struct Attn:
     double rescale           # 1 / keep (0 when keep == 0)
     bint dropout
     uint64_t offset
-    Rng rng
+    Stream rng
 
 
 cdef inline real_t _exp(real_t x) noexcept nogil:
@@ -153,7 +106,7 @@ cdef inline real_t _log(real_t x) noexcept nogil:
 
 cdef inline double _dropout_factor(Attn* a, Py_ssize_t b, Py_ssize_t h, Py_ssize_t i, Py_ssize_t j) noexcept nogil:
     cdef uint64_t n = <uint64_t>(((b * a.Hq + h) * a.Lq + i) * a.Lk + j)
-    cdef double u = _word(&a.rng, a.offset + n) * (1.0 / 4294967296.0)
+    cdef double u = stream_word(&a.rng, a.offset + n) * (1.0 / 4294967296.0)
     return a.rescale if u < a.keep else 0.0
 
 
