@@ -163,8 +163,16 @@ class DeviceProgram:
         roots = self._roots = {n: e for n, e in exprs.items() if n not in inlined}
         absorbed: set[Node] = set(inlined)
         epilogues = {}
+        # A recomputed producer's expression is copied into its users, so its leaves are read by
+        # them too: a matmul (or its view) one of those copies reads cannot vanish into an epilogue.
+        read_by: dict[Node, set] = {}
+        for root, expr in roots.items():
+            for leaf in expr.leaves:
+                read_by.setdefault(leaf, set()).add(root)
         for node, expr in roots.items():
             found = self._epilogue_of(node, expr, outputs)
+            if found is not None and any(read_by.get(a, set()) - {node} for a in found[2]):
+                found = None
             if found is not None:
                 epilogues[node] = found
                 absorbed.update(found[2])
