@@ -13,7 +13,8 @@ from torch_plugin import _dtypes
 
 STORABLE = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
             torch.bfloat16, torch.float32, torch.float64, torch.uint16, torch.uint32, torch.uint64,
-            torch.complex32, torch.complex64, torch.complex128}
+            torch.complex32, torch.complex64, torch.complex128,
+            torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float8_e5m2fnuz}
 
 
 # -- capability -------------------------------------------------------------------------------
