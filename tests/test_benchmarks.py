@@ -125,7 +125,7 @@ def test_collective_benchmark_checks_the_ring_bound():
 def test_compile_benchmark_reports_eager_and_compiled():
     out = _run_quick("bench_compile.py", "--quick")
     assert re.search(r"projected end-to-end speedup \d+\.\d+x \(target >= 1\.5x: \w+", out), out
-    assert re.search(r"emulation wall speedup \d+\.\d+x \(target >= 1\.0x: \w+", out), out
+    assert re.search(r"emulation wall speedup \d+\.\d+x \(target >= \d+\.\d+x: \w+", out), out
     assert "custom op" in out
 
 
