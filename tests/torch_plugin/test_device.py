@@ -490,7 +490,9 @@ def test_empty_cache_and_mem_get_info():
     torch.emu.empty_cache()
     free0, total = torch.emu.mem_get_info()
     assert total == TINY_HBM_BYTES and 0 < free0 <= total
-    assert torch.emu.memory_reserved() == torch.emu.memory_allocated()  # nothing cached
+    # nothing cached but the free part of a small (2 MiB) segment that a live tensor of an earlier
+    # test still holds (empty_cache returns whole free segments only)
+    assert 0 <= torch.emu.memory_reserved() - torch.emu.memory_allocated() < 2 * MiB
     t = torch.empty(8 * MiB, dtype=torch.uint8, device="emu")
     free1, _ = torch.emu.mem_get_info()
     assert free0 - free1 >= 8 * MiB
