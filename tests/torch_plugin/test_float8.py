@@ -7,10 +7,10 @@ and serialized. The host fallback is forbidden throughout.
 from __future__ import annotations
 
 import io
-import warnings
 
 import pytest
 import torch
+from plugin_testing import forbid_fallback  # noqa: F401 (autouse: the host fallback is forbidden here)
 
 import torch_plugin  # noqa: F401
 
@@ -23,13 +23,6 @@ SPECIALS = [0.0, -0.0, 1.0, -1.0, float("inf"), float("-inf"), float("nan"), -fl
             2.0 ** -9, 2.0 ** -10, 2.0 ** -17, 2.0 ** -16, 3e38, -3e38]
 
 
-@pytest.fixture(autouse=True)
-def forbid_fallback():
-    torch.emu.reset_op_stats()
-    with warnings.catch_warnings(), torch.emu.host_fallback("forbid"):
-        warnings.simplefilter("ignore")
-        yield
-    assert not torch.emu.op_stats()["host_fallback"], torch.emu.op_stats()["host_fallback"]
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

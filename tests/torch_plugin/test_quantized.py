@@ -12,10 +12,10 @@ emulator/kernels/quantized.pyx), with the host fallback forbidden:
 """
 from __future__ import annotations
 
-import warnings
 
 import pytest
 import torch
+from plugin_testing import forbid_fallback  # noqa: F401 (autouse: the host fallback is forbidden here)
 
 import torch_plugin  # noqa: F401
 
@@ -26,13 +26,6 @@ F8 = [torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz, torch.float
 ROUND = {torch.float32: 2.0 ** -24, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
 
 
-@pytest.fixture(autouse=True)
-def forbid_fallback():
-    torch.emu.reset_op_stats()
-    with warnings.catch_warnings(), torch.emu.host_fallback("forbid"):
-        warnings.simplefilter("ignore")
-        yield
-    assert not torch.emu.op_stats()["host_fallback"], torch.emu.op_stats()["host_fallback"]
 
 
 def gen(seed=0):
