@@ -324,7 +324,7 @@ def native_kernels() -> dict:
     from torch_plugin.ops import amp, foreach
     from torch_plugin.ops import attention
     from torch_plugin.ops import quantized
-    return {
+    kernels = {
         # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
         # hand-written kernels listed after it win where both name an overload.
         **pointwise.registrations(),
@@ -865,6 +865,35 @@ def native_kernels() -> dict:
         # -- quantized and low-precision GEMMs; PyTorch's quantized tensors refused (ops/quantized.py)
         **quantized.kernels(),
     }
+    return _merge_module_tables(kernels)
+
+
+def op_modules() -> list:
+    """Every module of torch_plugin.ops, imported (those with an OVERLOADS table register kernels)."""
+    import importlib
+    import pkgutil
+
+    import torch_plugin.ops as package
+    return [importlib.import_module(f"{package.__name__}.{info.name}")
+            for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
+            if not info.name.startswith("_")]
+
+
+def _merge_module_tables(listed: dict) -> dict:
+    """The pointwise table's generated rows, then the OVERLOADS tables the op modules keep beside their
+    kernels (ops/_overloads.py), which win over a generated row naming the same overload. An overload
+    both in a module table and in the list above is an error: it has one home."""
+    from torch_plugin.ops import _overloads
+    declared = _overloads.collect(op_modules())
+    twice = sorted(set(declared) & set(listed) - set(_generated_rows()))
+    if twice:
+        raise ValueError(f"overloads both in a module's OVERLOADS table and in registry.native_kernels(): {twice}")
+    return {**listed, **declared}
+
+
+def _generated_rows() -> dict:
+    from torch_plugin.ops import pointwise
+    return pointwise.registrations()
 
 
 def register_all() -> None:
