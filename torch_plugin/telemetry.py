@@ -9,7 +9,7 @@ synchronisations (a blocking copy, ``item()``, ``synchronize()``, an event wait:
 each, however many streams it waits for) and host<->device copies (count and bytes).
 Ops and copies of every thread are recorded (backward runs on autograd's worker thread).
 
-The same hooks feed ``torch.emu.profile()`` (torch_plugin/profile.py): each launch, copy
+The same hooks feed ``torch.emu.profile()`` (torch_plugin/profile/): each launch, copy
 and fill reports its command seq (the correlation id of the firmware trace) to the op
 records open on its thread and to the observers, and while a profiler is open each op
 record also notes the modelled host clock when it began.
@@ -34,7 +34,7 @@ from torch_plugin.ops import registry
 
 _SPACE_KEYS = {(True, False): "host_to_device", (False, True): "device_to_host", (False, False): "device_to_device"}
 _KERNEL_OF_COPY = {"host_to_device": "memcpy_h2d", "device_to_host": "memcpy_d2h", "device_to_device": "memcpy_d2d"}
-# The runtime's host clock while a profiler is open (torch_plugin/profile.py), else None: op records
+# The runtime's host clock while a profiler is open (torch_plugin/profile/block.py), else None: op records
 # then note when (modelled host time) they began and the host work charged so far.
 _profile_clock = None
 

@@ -1,5 +1,5 @@
 """torch.emu.profile(): the report, its rows, the verdict, the Chrome trace and the roofline
-(torch_plugin/profile.py, runtime/report.py; docs/profiling.md)."""
+(torch_plugin/profile/, runtime/report.py; docs/profiling.md)."""
 import json
 import math
 

@@ -1,6 +1,6 @@
 """emu in PyTorch's own profiler: torch.profiler.profile() (default activities and CPU +
 PrivateUse1), torch.autograd.profiler.profile(use_device="emu") (the legacy mode); device times
-are the emulator's modelled times (torch_plugin/csrc/profiler.cpp, torch_plugin/profile.py's
+are the emulator's modelled times (torch_plugin/csrc/profiler.cpp, torch_plugin/profile/kineto.py's
 _TorchProfilerFeed; docs/profiling.md#pytorchs-profiler)."""
 import json
 import os
