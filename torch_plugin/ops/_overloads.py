@@ -9,6 +9,12 @@ or adds generated kernels with ``OVERLOADS.update({...})``. ``ops/registry.py`` 
 of the package that has an ``OVERLOADS`` table and registers what they declare; no list elsewhere
 has to be kept in step. An overload claimed twice (in one module or in two) is an error at
 registration, naming both claimants. Nothing here touches the dispatcher.
+
+A module may also keep a ``GENERATED_OVERLOADS = Overloads(__name__, generated=True)`` table: rows
+made from a description (the pointwise op table, ops/pointwise.py) rather than written one by one.
+A hand-written kernel in any module's ``OVERLOADS`` wins over a generated row naming the same
+overload (fft.py's complex ``abs`` over the table's ``abs`` row); two generated rows, or two
+hand-written kernels, naming one overload are an error.
 """
 from __future__ import annotations
 
@@ -18,8 +24,9 @@ from typing import Callable, Iterable
 class Overloads:
     """{aten overload name: kernel} for one op module (see the module docstring)."""
 
-    def __init__(self, module: str):
+    def __init__(self, module: str, *, generated: bool = False):
         self.module = module
+        self.generated = generated
         self._table: dict[str, Callable] = {}
 
     def implements(self, *names: str) -> Callable[[Callable], Callable]:
@@ -57,18 +64,37 @@ def _qualname(fn) -> str:
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
-def collect(modules) -> dict[str, Callable]:
-    """Merges the OVERLOADS tables of ``modules`` (imported module objects); an overload two
-    modules claim is an error that names both."""
-    kernels: dict[str, Callable] = {}
-    owner: dict[str, str] = {}
+def _claim(kernels: dict, owner: dict, module: str, table: Overloads) -> None:
+    for name, fn in table.table().items():
+        if name in kernels:
+            raise ValueError(f"aten::{name} is declared by both {owner[name]} ({_qualname(kernels[name])}) "
+                             f"and {module} ({_qualname(fn)})")
+        kernels[name] = fn
+        owner[name] = module
+
+
+def tables(modules) -> tuple[dict[str, Callable], dict[str, Callable]]:
+    """(generated rows, hand-written kernels) of ``modules`` (imported module objects): the merged
+    ``GENERATED_OVERLOADS`` and ``OVERLOADS`` tables. An overload two tables of one kind claim is an
+    error that names both."""
+    generated: dict[str, Callable] = {}
+    declared: dict[str, Callable] = {}
+    generated_by: dict[str, str] = {}
+    declared_by: dict[str, str] = {}
     for module in modules:
-        table = getattr(module, "OVERLOADS", None)
-        if table is None:
-            continue
-        for name, fn in table.table().items():
-            if name in kernels:
-                raise ValueError(f"aten::{name} is declared by both {owner[name]} and {module.__name__}")
-            kernels[name] = fn
-            owner[name] = module.__name__
-    return kernels
+        for attr, kernels, owner in (("GENERATED_OVERLOADS", generated, generated_by),
+                                     ("OVERLOADS", declared, declared_by)):
+            table = getattr(module, attr, None)
+            if table is None:
+                continue
+            if table.generated != (attr == "GENERATED_OVERLOADS"):
+                raise TypeError(f"{module.__name__}.{attr} is an Overloads(generated={table.generated}) table")
+            _claim(kernels, owner, module.__name__, table)
+    return generated, declared
+
+
+def collect(modules) -> dict[str, Callable]:
+    """{aten overload: kernel} of ``modules``: their generated rows, then their hand-written kernels,
+    which win where both name an overload (see the module docstring)."""
+    generated, declared = tables(modules)
+    return {**generated, **declared}

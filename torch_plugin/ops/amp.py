@@ -10,6 +10,9 @@ from __future__ import annotations
 import torch
 
 from torch_plugin.ops._common import common_device, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 _GRAD_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -23,6 +26,7 @@ def _check_scalar_float(op: str, name: str, t: torch.Tensor, device: int) -> Non
         raise RuntimeError(f"{op}: {name} must be on the grads' device (emu:{device}), got {t.device}")
 
 
+@OVERLOADS.implements("_amp_foreach_non_finite_check_and_unscale_")
 def amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
     op = "_amp_foreach_non_finite_check_and_unscale_"
     if not grads:
@@ -47,6 +51,7 @@ def amp_foreach_non_finite_check_and_unscale_(grads, found_inf, inv_scale):
             launch("amp_unscale", (device_ref(g), found, inv), stream)
 
 
+@OVERLOADS.implements("_amp_update_scale_")
 def amp_update_scale_(self, growth_tracker, found_inf, scale_growth_factor, scale_backoff_factor, growth_interval):
     op = "_amp_update_scale_"
     device = common_device(op, self, growth_tracker, found_inf)

@@ -41,7 +41,10 @@ import torch
 from torch_plugin import _C
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, common_device, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
 from torch_plugin.ops.registry import composite
+
+OVERLOADS = Overloads(__name__)
 
 _NESTED_WHY = ("nested tensors are not supported on emu (nn.TransformerEncoder's fast path with "
                "enable_nested_tensor=True and a src_key_padding_mask packs its input into one: build the "
@@ -55,6 +58,7 @@ def _reject_nested(op: str, *tensors) -> None:
 
 
 # -- nested tensors: the left-alignment test runs, building one is rejected -----------------------
+@OVERLOADS.implements("_nested_tensor_from_mask_left_aligned")
 @composite
 def nested_tensor_from_mask_left_aligned(t, mask):
     common_device("aten::_nested_tensor_from_mask_left_aligned", t, mask)
@@ -71,11 +75,13 @@ def nested_tensor_from_mask_left_aligned(t, mask):
     return torch.equal(positions < tokens, mask)               # left aligned: the first `tokens` only
 
 
+@OVERLOADS.implements("_nested_tensor_from_mask")
 def nested_tensor_from_mask(t, mask, mask_check=True):
     raise NotImplementedError("aten::_nested_tensor_from_mask: " + _NESTED_WHY)
 
 
 # -- _transform_bias_rescale_qkv -------------------------------------------------------------------
+@OVERLOADS.implements("_transform_bias_rescale_qkv")
 @composite
 def transform_bias_rescale_qkv(qkv, qkv_bias, num_heads):
     op = "aten::_transform_bias_rescale_qkv"
@@ -140,6 +146,7 @@ def _masked_softmax(x, mask, dim, mask_type):
     return torch.softmax(x.masked_fill(shaped, float("-inf")), d)
 
 
+@OVERLOADS.implements("_masked_softmax")
 @composite
 def masked_softmax(self, mask, dim=None, mask_type=None):
     _reject_nested("_masked_softmax", self, mask)
@@ -151,6 +158,7 @@ def masked_softmax(self, mask, dim=None, mask_type=None):
     return _masked_softmax(self, mask, dim, mask_type)
 
 
+@OVERLOADS.implements("_masked_softmax_backward")
 @composite
 def masked_softmax_backward(grad_output, output, mask, dim=None):
     """The gradient of _masked_softmax (what autograd reaches when its input requires grad):
@@ -209,6 +217,7 @@ def _qkv_projection(query, key, value, embed_dim: int, qkv_weight):
     return torch.cat([q, k, v], dim=2)
 
 
+@OVERLOADS.implements("_native_multi_head_attention")
 @composite
 def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias, proj_weight,
                                 proj_bias, mask=None, need_weights=True, average_attn_weights=True,
@@ -251,6 +260,7 @@ def _norm(x, embed_dim: int, eps: float, weight, bias):
     return torch.nn.functional.layer_norm(x, (embed_dim,), weight, bias, eps)
 
 
+@OVERLOADS.implements("_transformer_encoder_layer_fwd")
 @composite
 def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
                                   use_gelu, norm_first, eps, norm_weight_1, norm_bias_1, norm_weight_2,
@@ -321,6 +331,7 @@ def _fused_applies(query, key, value, attn_mask, is_causal: bool, enable_gqa: bo
     return True
 
 
+@OVERLOADS.implements("_fused_sdp_choice")
 def fused_sdp_choice(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
                      enable_gqa=False):
     """aten::_fused_sdp_choice on emu: the backend F.scaled_dot_product_attention takes. Honours
@@ -408,6 +419,7 @@ def _philox_tensor(value: int):
     return torch.tensor(value - (1 << 64) if value >= 1 << 63 else value, dtype=torch.int64)
 
 
+@OVERLOADS.implements("_scaled_dot_product_fused_attention_overrideable")
 def scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias=None, dropout_p=0.0,
                                                     is_causal=False, return_debug_mask=False, *, scale=None):
     """softmax(scale * Q K^T + bias) V in one device kernel (see emulator/kernels/attention.pyx).
@@ -436,6 +448,7 @@ def scaled_dot_product_fused_attention_overrideable(query, key, value, attn_bias
     return out, lse, None, None, lq, lk, _philox_tensor(seed), _philox_tensor(offset), None
 
 
+@OVERLOADS.implements("_scaled_dot_product_fused_attention_overrideable_backward")
 def scaled_dot_product_fused_attention_overrideable_backward(grad_out, query, key, value, attn_bias, grad_input_mask,
                                                              out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
                                                              dropout_p, is_causal, philox_seed, philox_offset, *,

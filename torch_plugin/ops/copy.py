@@ -25,6 +25,9 @@ import runtime
 from torch_plugin._bridge import BRIDGE
 from torch_plugin.ops._common import (check_storable, current_stream, device_ref, host_ref,
                                       non_overlapping_and_dense, rt)
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 
 def _staging(t: torch.Tensor, dtype, device: int) -> torch.Tensor:
@@ -60,6 +63,7 @@ def _fix_signs(dst: torch.Tensor, negate: bool, conjugate: bool) -> None:
         parts[..., 1].neg_()
 
 
+@OVERLOADS.implements("_copy_from")
 def copy_from(src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
     check_storable("copy_", src, dst)
     if src.is_complex() and not dst.is_complex() and dst.dtype != torch.bool:
@@ -188,6 +192,7 @@ def _device_to_device(dst, src):
         r.stream_wait_event(dst_stream, done)
 
 
+@OVERLOADS.implements("_local_scalar_dense")
 def local_scalar_dense(t: torch.Tensor):
     # The one element, whatever the tensor's shape (item() takes any 1-element tensor).
     host = torch.empty(t.shape, dtype=t.dtype)

@@ -13,6 +13,9 @@ from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, rt)
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 _REDUCED_FLOAT = (torch.float16, torch.bfloat16)
 
@@ -157,38 +160,47 @@ def _binary_general(op: str, a, b, alpha, out):
     return out
 
 
+@OVERLOADS.implements("add.Tensor")
 def add(a, b, *, alpha=1):
     return _binary("add", a, b, alpha)
 
 
+@OVERLOADS.implements("add_.Tensor")
 def add_(a, b, *, alpha=1):
     return _binary("add", a, b, alpha, out=a)
 
 
+@OVERLOADS.implements("add.out")
 def add_out(a, b, *, alpha=1, out):
     return _binary("add", a, b, alpha, out=out)
 
 
+@OVERLOADS.implements("sub.Tensor")
 def sub(a, b, *, alpha=1):
     return _binary("sub", a, b, alpha)
 
 
+@OVERLOADS.implements("sub_.Tensor")
 def sub_(a, b, *, alpha=1):
     return _binary("sub", a, b, alpha, out=a)
 
 
+@OVERLOADS.implements("sub.out")
 def sub_out(a, b, *, alpha=1, out):
     return _binary("sub", a, b, alpha, out=out)
 
 
+@OVERLOADS.implements("div.Tensor")
 def div(a, b):
     return _binary("div", a, b)
 
 
+@OVERLOADS.implements("div_.Tensor")
 def div_(a, b):
     return _binary("div", a, b, out=a)
 
 
+@OVERLOADS.implements("div.out")
 def div_out(a, b, *, out):
     return _binary("div", a, b, out=out)
 
@@ -198,6 +210,8 @@ def true_divide(a, b, out=None):
     return _binary("div", a, b, out=out)
 
 
+# The mul overloads are registered through fft.py's mul kernels (complex results there, every
+# other case back here).
 def mul(a, b):
     return _binary("mul", a, b)
 
@@ -225,10 +239,12 @@ def _relu(a, out):
     return out
 
 
+@OVERLOADS.implements("relu")
 def relu(a):
     return _relu(a, None)
 
 
+@OVERLOADS.implements("relu_")
 def relu_(a):
     return _relu(a, a)
 
@@ -270,9 +286,11 @@ def _threshold_backward(grad, x, threshold, out=None):
     return out
 
 
+@OVERLOADS.implements("threshold_backward")
 def threshold_backward(grad_output, self, threshold):
     return _threshold_backward(grad_output, self, threshold)
 
 
+@OVERLOADS.implements("threshold_backward.grad_input")
 def threshold_backward_out(grad_output, self, threshold, *, grad_input):
     return _threshold_backward(grad_output, self, threshold, out=grad_input)

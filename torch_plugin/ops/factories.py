@@ -12,6 +12,9 @@ import warnings
 import torch
 
 from torch_plugin.ops._common import check_dtype, check_storable, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 
 _FLOAT8_C10 = {torch.float8_e4m3fn: "c10::Float8_e4m3fn", torch.float8_e5m2: "c10::Float8_e5m2",
@@ -91,6 +94,7 @@ def _python_value(value, dtype):
     return value
 
 
+@OVERLOADS.implements("fill_.Scalar")
 def fill_scalar(t, value):
     check_storable("aten::fill_", t)
     value = _python_value(value, t.dtype)
@@ -102,6 +106,7 @@ def fill_scalar(t, value):
     return t
 
 
+@OVERLOADS.implements("fill_.Tensor")
 def fill_tensor(t, value):
     if value.dim() != 0:
         raise RuntimeError(f"fill_ only supports 0-dimension value tensor but got tensor with "
@@ -122,6 +127,7 @@ def fill_tensor(t, value):
     return fill_scalar(t, value.item())
 
 
+@OVERLOADS.implements("zero_")
 def zero_(t):
     return fill_scalar(t, False if t.dtype == torch.bool else 0)
 
@@ -141,6 +147,7 @@ def _check_sequence_dtype(op: str, out) -> None:
         raise NotImplementedError(f"\"{op}\" not implemented for 'Bool' (on emu, as on CPU)")
 
 
+@OVERLOADS.implements("arange.start_out")
 def arange_out(start, end, step=1, *, out):
     _check_sequence_dtype("arange", out)
     start, end, step = (s.item() if isinstance(s, torch.Tensor) else s for s in (start, end, step))
@@ -176,6 +183,7 @@ def arange_out(start, end, step=1, *, out):
     return out
 
 
+@OVERLOADS.implements("linspace.out")
 def linspace_out(start, end, steps, *, out):
     start, end = (s.item() if isinstance(s, torch.Tensor) else s for s in (start, end))
     if steps < 0:
@@ -197,6 +205,7 @@ def linspace_out(start, end, steps, *, out):
     return out
 
 
+@OVERLOADS.implements("eye.m_out")
 def eye_m_out(n, m, *, out):
     if n < 0 or m < 0:
         raise RuntimeError(f"n and m must be greater or equal to 0, got {n} and {m}")
@@ -208,10 +217,12 @@ def eye_m_out(n, m, *, out):
     return out
 
 
+@OVERLOADS.implements("eye.out")
 def eye_out(n, *, out):
     return eye_m_out(n, n, out=out)
 
 
+@OVERLOADS.implements("_efficientzerotensor")
 def efficient_zero_tensor(size, *, dtype=None, layout=None, device=None, pin_memory=None):
     """aten::_efficientzerotensor (autograd's zero gradients, e.g. sgn's for real inputs): CUDA
     returns a ZeroTensor that owns no memory; here a device tensor of zeros, the same values."""

@@ -29,8 +29,11 @@ import torch
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, resize_out, rt)
+from torch_plugin.ops._overloads import Overloads
 from torch_plugin.ops.elementwise import mul as _real_mul, mul_ as _real_mul_, mul_out as _real_mul_out
 from torch_plugin.ops.registry import composite
+
+OVERLOADS = Overloads(__name__)
 
 _COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 _REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
@@ -216,26 +219,32 @@ def _c2r(self, dim, normalization, last_dim_size, out=None):
     return _transform(op, C2R, self, device, shape, result_dtype, dims, False, scale, out)
 
 
+@OVERLOADS.implements("_fft_c2c")
 def fft_c2c(self, dim, normalization, forward):
     return _c2c(self, dim, normalization, forward)
 
 
+@OVERLOADS.implements("_fft_c2c.out")
 def fft_c2c_out(self, dim, normalization, forward, *, out):
     return _c2c(self, dim, normalization, forward, out)
 
 
+@OVERLOADS.implements("_fft_r2c")
 def fft_r2c(self, dim, normalization, onesided):
     return _r2c(self, dim, normalization, onesided)
 
 
+@OVERLOADS.implements("_fft_r2c.out")
 def fft_r2c_out(self, dim, normalization, onesided, *, out):
     return _r2c(self, dim, normalization, onesided, out)
 
 
+@OVERLOADS.implements("_fft_c2r")
 def fft_c2r(self, dim, normalization, last_dim_size):
     return _c2r(self, dim, normalization, last_dim_size)
 
 
+@OVERLOADS.implements("_fft_c2r.out")
 def fft_c2r_out(self, dim, normalization, last_dim_size, *, out):
     return _c2r(self, dim, normalization, last_dim_size, out)
 
@@ -284,18 +293,22 @@ def _complex_parts(op: str, mode: int, a, b, out=None):
                           via_plain=out.is_conj() or out.is_neg())
 
 
+@OVERLOADS.implements("complex")
 def complex(real, imag):
     return _complex_parts("aten::complex", 0, real, imag)
 
 
+@OVERLOADS.implements("complex.out")
 def complex_out(real, imag, *, out):
     return _complex_parts("aten::complex.out", 0, real, imag, out)
 
 
+@OVERLOADS.implements("polar")
 def polar(abs, angle):
     return _complex_parts("aten::polar", 1, abs, angle)
 
 
+@OVERLOADS.implements("polar.out")
 def polar_out(abs, angle, *, out):
     return _complex_parts("aten::polar.out", 1, abs, angle, out)
 
@@ -307,6 +320,7 @@ def _conj_source(self):
     return self.conj() if self.is_complex() else self
 
 
+@OVERLOADS.implements("_conj_physical")
 @composite
 def conj_physical(self):
     common_device("aten::_conj_physical", self)
@@ -314,6 +328,7 @@ def conj_physical(self):
     return out.copy_(_conj_source(self)) if self.numel() else out
 
 
+@OVERLOADS.implements("conj_physical.out")
 @composite
 def conj_physical_out(self, *, out):
     op = "aten::conj_physical.out"
@@ -325,6 +340,7 @@ def conj_physical_out(self, *, out):
     return out
 
 
+@OVERLOADS.implements("conj_physical_")
 @composite
 def conj_physical_(self):
     common_device("aten::conj_physical_", self)
@@ -335,7 +351,8 @@ def conj_physical_(self):
 
 # -- complex multiply (the gradient of c2r: irfft/hfft backward scales part of a complex grad) ----
 # mul is elementwise.py's hand-written kernel; complex results are handled here and every other
-# case is handed to it unchanged (its fast path first).
+# case is handed to it unchanged (its fast path first). So the mul overloads are declared here,
+# not in elementwise.py.
 _COMPLEX_RESULT = frozenset(_FFT_COMPLEX) | {torch.complex32}
 
 
@@ -371,18 +388,21 @@ def _complex_mul(op: str, a, b, out=None):
                           via_plain=out.is_conj() or out.is_neg() or out.dtype != result_dtype)
 
 
+@OVERLOADS.implements("mul.Tensor")
 def mul(self, other):
     if _is_complex_mul(self, other):
         return _complex_mul("aten::mul.Tensor", self, other)
     return _real_mul(self, other)
 
 
+@OVERLOADS.implements("mul_.Tensor")
 def mul_(self, other):
     if _is_complex_mul(self, other):
         return _complex_mul("aten::mul_.Tensor", self, other, out=self)
     return _real_mul_(self, other)
 
 
+@OVERLOADS.implements("mul.out")
 def mul_out(self, other, *, out):
     if _is_complex_mul(self, other):
         return _complex_mul("aten::mul.out", self, other, out=out)
@@ -392,6 +412,7 @@ def mul_out(self, other, *, out):
 # -- complex abs (|z| = hypot(re, im), as CPU's std::abs; what linalg.eig's OpInfo compares) -----
 # abs is the pointwise table's row; complex inputs are handled here as a composite of device ops
 # (a real view of the storage and the table's hypot), every other case goes to the row's kernel.
+# (A hand-written kernel's declaration wins over the table's generated row: ops/_overloads.py.)
 def _real_abs_kernels():
     from torch_plugin.ops import pointwise
     kernels = pointwise.registrations()
@@ -411,6 +432,7 @@ def _complex_parts_of(self):
     return parts[..., 0], parts[..., 1]
 
 
+@OVERLOADS.implements("abs")
 @composite
 def abs(self):
     if not self.is_complex():
@@ -421,6 +443,7 @@ def abs(self):
     return torch.hypot(re, im)
 
 
+@OVERLOADS.implements("abs.out")
 @composite
 def abs_out(self, *, out):
     if not self.is_complex():

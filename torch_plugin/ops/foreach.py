@@ -19,7 +19,10 @@ from __future__ import annotations
 import torch
 
 from torch_plugin.ops._common import common_device, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
 from torch_plugin.ops.registry import composite
+
+OVERLOADS = Overloads(__name__)
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -140,18 +143,21 @@ def _ternary(name: str, inplace: bool, kind: str):
     return kernel
 
 
+@OVERLOADS.implements("_foreach_norm.Scalar")
 @composite
 def foreach_norm(self, ord=2, dtype=None):
     _check_lists("_foreach_norm.Scalar", self)
     return [torch.linalg.vector_norm(t, ord, dtype=dtype) for t in self]
 
 
+@OVERLOADS.implements("_foreach_max")
 @composite
 def foreach_max(self):
     _check_lists("_foreach_max", self)
     return [t.max() for t in self]
 
 
+@OVERLOADS.implements("_foreach_zero_")
 @composite
 def foreach_zero_(self):
     _check_lists("_foreach_zero_", self)
@@ -159,12 +165,14 @@ def foreach_zero_(self):
         t.zero_()
 
 
+@OVERLOADS.implements("_foreach_zero")
 @composite
 def foreach_zero(self):
     _check_lists("_foreach_zero", self)
     return [torch.zeros_like(t) for t in self]
 
 
+@OVERLOADS.implements("_foreach_copy_")
 @composite
 def foreach_copy_(self, src, non_blocking=False):
     _check_lists("_foreach_copy_", self, src)
@@ -172,12 +180,14 @@ def foreach_copy_(self, src, non_blocking=False):
         t.copy_(s, non_blocking)
 
 
+@OVERLOADS.implements("_foreach_clone")
 @composite
 def foreach_clone(self):
     _check_lists("_foreach_clone", self)
     return [t.clone() for t in self]
 
 
+@OVERLOADS.implements("_foreach_pow.ScalarAndTensor")
 @composite
 def foreach_pow_scalar_and_tensor(self, exponent):
     _check_lists("_foreach_pow.ScalarAndTensor", exponent)
@@ -204,37 +214,23 @@ _TERNARY = {"addcmul": ("Scalar", "ScalarList", "Tensor"), "addcdiv": ("Scalar",
             "lerp": ("List", "Scalar", "ScalarList")}
 
 
-def kernels() -> dict:
-    """The foreach and fused-optimizer registrations: {"aten overload name": kernel}."""
-    table = {}
+def _table_kernels():
+    """(aten overload name, kernel) for the _UNARY, _BINARY and _TERNARY tables' foreach ops."""
     for name in _UNARY:
         per_tensor = getattr(torch, name)
-        table[f"_foreach_{name}"] = _unary(name, per_tensor, False)
-        table[f"_foreach_{name}_"] = _unary(name, per_tensor, True)
+        yield f"_foreach_{name}", _unary(name, per_tensor, False)
+        yield f"_foreach_{name}_", _unary(name, per_tensor, True)
     for name, kinds in _BINARY.items():
         for kind, per_tensor in kinds.items():
-            table[f"_foreach_{name}.{kind}"] = _binary(name, per_tensor, False, kind)
-            table[f"_foreach_{name}_.{kind}"] = _binary(name, per_tensor, True, kind)
+            yield f"_foreach_{name}.{kind}", _binary(name, per_tensor, False, kind)
+            yield f"_foreach_{name}_.{kind}", _binary(name, per_tensor, True, kind)
     for name, kinds in _TERNARY.items():
         for kind in kinds:
-            table[f"_foreach_{name}.{kind}"] = _ternary(name, False, kind)
-            table[f"_foreach_{name}_.{kind}"] = _ternary(name, True, kind)
-    table.update({
-        "_foreach_norm.Scalar": foreach_norm,
-        "_foreach_max": foreach_max,
-        "_foreach_zero_": foreach_zero_,
-        "_foreach_zero": foreach_zero,
-        "_foreach_copy_": foreach_copy_,
-        "_foreach_clone": foreach_clone,
-        "_foreach_pow.ScalarAndTensor": foreach_pow_scalar_and_tensor,
-        "_fused_adam_": fused_adam_,
-        "_fused_adam_.tensor_lr": fused_adam_,
-        "_fused_adamw_": fused_adamw_,
-        "_fused_adamw_.tensor_lr": fused_adamw_,
-        "_fused_sgd_": fused_sgd_,
-        "_fused_sgd_.tensor_lr": fused_sgd_,
-    })
-    return table
+            yield f"_foreach_{name}.{kind}", _ternary(name, False, kind)
+            yield f"_foreach_{name}_.{kind}", _ternary(name, True, kind)
+
+
+OVERLOADS.update(_table_kernels())
 
 
 # -- fused optimizer steps ----------------------------------------------------------------------
@@ -308,14 +304,17 @@ def _fused_adam(op: str, adamw: bool, params, grads, exp_avgs, exp_avg_sqs, max_
                               bool(maximize), scale_ref, inf_ref), stream)
 
 
+@OVERLOADS.implements("_fused_adam_", "_fused_adam_.tensor_lr")
 def fused_adam_(*args, **kwargs):
     _fused_adam("_fused_adam_", False, *args, **kwargs)
 
 
+@OVERLOADS.implements("_fused_adamw_", "_fused_adamw_.tensor_lr")
 def fused_adamw_(*args, **kwargs):
     _fused_adam("_fused_adamw_", True, *args, **kwargs)
 
 
+@OVERLOADS.implements("_fused_sgd_", "_fused_sgd_.tensor_lr")
 def fused_sgd_(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr, dampening, nesterov,
                maximize, is_first_step, grad_scale=None, found_inf=None):
     op = "_fused_sgd_"

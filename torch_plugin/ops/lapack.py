@@ -26,7 +26,10 @@ import torch
 from torch_plugin.errors import refuse_in_projection, unsupported_dtype
 from torch_plugin.ops._common import broadcast_shape, check_overlap, common_device, current_stream, device_ref, \
     resize_out, rt
+from torch_plugin.ops._overloads import Overloads
 from torch_plugin.ops.registry import composite
+
+OVERLOADS = Overloads(__name__)
 
 LAPACK_DTYPES = frozenset({torch.float32, torch.float64})
 _COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
@@ -136,6 +139,7 @@ def _lu_factor_into(device, A, LU, pivots, info):
     _launch(device, "getrf", nb, _ref(A), _ref(LU), _ref(pivots), _ref(info))
 
 
+@OVERLOADS.implements("linalg_lu_factor_ex.out")
 def linalg_lu_factor_ex_out(A, *, pivot=True, check_errors=False, LU, pivots, info):
     api = "torch.linalg.lu_factor_ex"
     _check_lu_input(api, A, pivot)
@@ -153,6 +157,7 @@ def linalg_lu_factor_ex_out(A, *, pivot=True, check_errors=False, LU, pivots, in
     return LU, pivots, info
 
 
+@OVERLOADS.implements("linalg_lu_factor_ex")
 def linalg_lu_factor_ex(A, *, pivot=True, check_errors=False):
     _check_dtype("torch.linalg.lu_factor_ex", A)
     device = _dev("torch.linalg.lu_factor_ex", A)
@@ -170,6 +175,7 @@ def _lu_unpack_into(device, LU, pivots, P, L, U):
             None if L is None else _ref(L), None if U is None else _ref(U))
 
 
+@OVERLOADS.implements("lu_unpack.out")
 def lu_unpack_out(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, P, L, U):
     api = "torch.lu_unpack"
     if LU_data.dim() < 2:
@@ -204,12 +210,14 @@ def lu_unpack_out(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True, *, P
     return P, L, U
 
 
+@OVERLOADS.implements("lu_unpack")
 def lu_unpack(LU_data, LU_pivots, unpack_data=True, unpack_pivots=True):
     device = _dev("torch.lu_unpack", LU_data, LU_pivots)
     e = lambda: _empty((0,), LU_data.dtype, device)
     return lu_unpack_out(LU_data, LU_pivots, unpack_data, unpack_pivots, P=e(), L=e(), U=e())
 
 
+@OVERLOADS.implements("linalg_lu.out")
 def linalg_lu_out(A, *, pivot=True, P, L, U):
     api = "torch.linalg.lu"
     _check_lu_input(api, A, pivot)
@@ -230,6 +238,7 @@ def linalg_lu_out(A, *, pivot=True, P, L, U):
     return P, L, U
 
 
+@OVERLOADS.implements("linalg_lu")
 def linalg_lu(A, *, pivot=True):
     _check_dtype("torch.linalg.lu", A)
     device = _dev("torch.linalg.lu", A)
@@ -251,6 +260,7 @@ def _lu_solve_into(device, LU, pivots, B, X, left, adjoint):
         _launch(device, "getrs", nb, lu, piv, _ref(Bx.mT), _ref(X.mT), not adjoint)
 
 
+@OVERLOADS.implements("linalg_lu_solve.out")
 def linalg_lu_solve_out(LU, pivots, B, *, left=True, adjoint=False, out):
     api = "linalg.lu_solve"
     _check_dtype(api, LU, B)
@@ -282,6 +292,7 @@ def linalg_lu_solve_out(LU, pivots, B, *, left=True, adjoint=False, out):
     return out
 
 
+@OVERLOADS.implements("linalg_lu_solve")
 def linalg_lu_solve(LU, pivots, B, *, left=True, adjoint=False):
     device = _dev("linalg.lu_solve", LU, pivots, B)
     _check_dtype("linalg.lu_solve", LU, B)
@@ -292,6 +303,7 @@ def _is_vector_rhs(A, B):
     return B.dim() == 1 or (A.dim() - 1 == B.dim() and tuple(B.shape) == tuple(A.shape[:-1]))
 
 
+@OVERLOADS.implements("_linalg_solve_ex.result")
 def _linalg_solve_ex_out(A, B, *, left=True, check_errors=False, result, LU, pivots, info):
     api = "torch.linalg.solve_ex"
     _check_dtype("linalg.solve", A, B)
@@ -327,6 +339,7 @@ def _linalg_solve_ex_out(A, B, *, left=True, check_errors=False, result, LU, piv
     return result, LU, pivots, info
 
 
+@OVERLOADS.implements("_linalg_solve_ex")
 def _linalg_solve_ex(A, B, *, left=True, check_errors=False):
     _check_dtype("linalg.solve", A, B)
     device = _dev("torch.linalg.solve_ex", A, B)
@@ -346,6 +359,7 @@ def _square_result_and_info(api, A, result, info):
     return device, result, info
 
 
+@OVERLOADS.implements("linalg_inv_ex.inverse")
 def linalg_inv_ex_out(A, *, check_errors=False, inverse, info):
     api = "linalg.inv"
     device, inverse, info = _square_result_and_info(api, A, inverse, info)
@@ -363,6 +377,7 @@ def linalg_inv_ex_out(A, *, check_errors=False, inverse, info):
     return inverse, info
 
 
+@OVERLOADS.implements("linalg_inv_ex")
 def linalg_inv_ex(A, *, check_errors=False):
     _check_dtype("linalg.inv", A)
     device = _dev("linalg.inv", A)
@@ -389,6 +404,7 @@ def _factor_for_det(api, device, A, LU, pivots, *results):
     return LU, pivots
 
 
+@OVERLOADS.implements("_linalg_det.result")
 def _linalg_det_out(A, *, result, LU, pivots):
     api = "linalg.det"
     device = _det_common(api, A)
@@ -402,6 +418,7 @@ def _linalg_det_out(A, *, result, LU, pivots):
     return result, LU, pivots
 
 
+@OVERLOADS.implements("_linalg_det")
 def _linalg_det(A):
     device = _det_common("linalg.det", A)
     batch, n = tuple(A.shape[:-2]), A.shape[-1]
@@ -409,6 +426,7 @@ def _linalg_det(A):
                            pivots=_empty(batch + (n,), torch.int32, device))
 
 
+@OVERLOADS.implements("_linalg_slogdet.sign")
 def _linalg_slogdet_out(A, *, sign, logabsdet, LU, pivots):
     api = "linalg.slogdet"
     device = _det_common(api, A)
@@ -424,6 +442,7 @@ def _linalg_slogdet_out(A, *, sign, logabsdet, LU, pivots):
     return sign, logabsdet, LU, pivots
 
 
+@OVERLOADS.implements("_linalg_slogdet")
 def _linalg_slogdet(A):
     device = _det_common("linalg.slogdet", A)
     batch, n = tuple(A.shape[:-2]), A.shape[-1]
@@ -434,6 +453,7 @@ def _linalg_slogdet(A):
 
 # -- Cholesky ----------------------------------------------------------------------------------------
 
+@OVERLOADS.implements("linalg_cholesky_ex.L")
 def linalg_cholesky_ex_out(A, *, upper=False, check_errors=False, L, info):
     api = "linalg.cholesky"
     device, L, info = _square_result_and_info(api, A, L, info)
@@ -445,6 +465,7 @@ def linalg_cholesky_ex_out(A, *, upper=False, check_errors=False, L, info):
     return L, info
 
 
+@OVERLOADS.implements("linalg_cholesky_ex")
 def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
     _check_dtype("linalg.cholesky", A)
     device = _dev("linalg.cholesky", A)
@@ -452,6 +473,7 @@ def linalg_cholesky_ex(A, *, upper=False, check_errors=False):
                                   info=_empty(A.shape[:-2], torch.int32, device))
 
 
+@OVERLOADS.implements("cholesky.out")
 def cholesky_out(self, upper=False, *, out):
     api = "cholesky"
     _check_dtype(api, self)
@@ -465,12 +487,14 @@ def cholesky_out(self, upper=False, *, out):
     return out
 
 
+@OVERLOADS.implements("cholesky")
 def cholesky(self, upper=False):
     _check_dtype("cholesky", self)
     device = _dev("cholesky", self)
     return cholesky_out(self, upper, out=_empty((0,), self.dtype, device))
 
 
+@OVERLOADS.implements("cholesky_inverse.out")
 def cholesky_inverse_out(self, upper=False, *, out):
     api = "cholesky_inverse"
     _check_dtype(api, self)
@@ -483,12 +507,14 @@ def cholesky_inverse_out(self, upper=False, *, out):
     return out
 
 
+@OVERLOADS.implements("cholesky_inverse")
 def cholesky_inverse(self, upper=False):
     _check_dtype("cholesky_inverse", self)
     device = _dev("cholesky_inverse", self)
     return cholesky_inverse_out(self, upper, out=_empty_f(self.shape, self.dtype, device))
 
 
+@OVERLOADS.implements("_cholesky_solve_helper")
 def _cholesky_solve_helper(self, A, upper):
     """cholesky_solve (CompositeExplicit) has broadcast self and A already."""
     api = "cholesky_solve"
@@ -502,6 +528,7 @@ def _cholesky_solve_helper(self, A, upper):
 
 # -- LDL^T -------------------------------------------------------------------------------------------
 
+@OVERLOADS.implements("linalg_ldl_factor_ex.out")
 def linalg_ldl_factor_ex_out(self, *, hermitian=False, check_errors=False, LD, pivots, info):
     api = "torch.linalg.ldl_factor_ex"
     _check_dtype(api, self)
@@ -518,6 +545,7 @@ def linalg_ldl_factor_ex_out(self, *, hermitian=False, check_errors=False, LD, p
     return LD, pivots, info
 
 
+@OVERLOADS.implements("linalg_ldl_factor_ex")
 def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
     _check_dtype("torch.linalg.ldl_factor_ex", self)
     device = _dev("torch.linalg.ldl_factor_ex", self)
@@ -527,6 +555,7 @@ def linalg_ldl_factor_ex(self, *, hermitian=False, check_errors=False):
                                     info=_empty(self.shape[:-2], torch.int32, device))
 
 
+@OVERLOADS.implements("linalg_ldl_solve.out")
 def linalg_ldl_solve_out(LD, pivots, B, *, hermitian=False, out):
     api = "torch.linalg.ldl_solve"
     _check_dtype(api, LD, B)
@@ -552,6 +581,7 @@ def linalg_ldl_solve_out(LD, pivots, B, *, hermitian=False, out):
     return out
 
 
+@OVERLOADS.implements("linalg_ldl_solve")
 def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
     device = _dev("torch.linalg.ldl_solve", LD, pivots, B)
     _check_dtype("torch.linalg.ldl_solve", LD, B)
@@ -560,6 +590,7 @@ def linalg_ldl_solve(LD, pivots, B, *, hermitian=False):
 
 # -- QR ----------------------------------------------------------------------------------------------
 
+@OVERLOADS.implements("linalg_qr.out")
 def linalg_qr_out(A, mode="reduced", *, Q, R):
     api = "linalg.qr"
     _check_dtype(api, A)
@@ -583,12 +614,14 @@ def linalg_qr_out(A, mode="reduced", *, Q, R):
     return Q, R
 
 
+@OVERLOADS.implements("linalg_qr")
 def linalg_qr(A, mode="reduced"):
     _check_dtype("linalg.qr", A)
     device = _dev("linalg.qr", A)
     return linalg_qr_out(A, mode, Q=_empty((0,), A.dtype, device), R=_empty((0,), A.dtype, device))
 
 
+@OVERLOADS.implements("geqrf.a")
 def geqrf_out(self, *, a, tau):
     api = "geqrf"
     _check_dtype(api, self)
@@ -606,12 +639,14 @@ def geqrf_out(self, *, a, tau):
     return a, tau
 
 
+@OVERLOADS.implements("geqrf")
 def geqrf(self):
     _check_dtype("geqrf", self)
     device = _dev("geqrf", self)
     return geqrf_out(self, a=_empty((0,), self.dtype, device), tau=_empty((0,), self.dtype, device))
 
 
+@OVERLOADS.implements("linalg_householder_product.out")
 def linalg_householder_product_out(input, tau, *, out):
     api = "torch.linalg.householder_product"
     _check_dtype(api, input, tau)
@@ -637,12 +672,14 @@ def linalg_householder_product_out(input, tau, *, out):
     return out
 
 
+@OVERLOADS.implements("linalg_householder_product")
 def linalg_householder_product(input, tau):
     _check_dtype("torch.linalg.householder_product", input, tau)
     device = _dev("torch.linalg.householder_product", input, tau)
     return linalg_householder_product_out(input, tau, out=_empty_f(input.shape, input.dtype, device))
 
 
+@OVERLOADS.implements("ormqr.out")
 def ormqr_out(self, input2, input3, left=True, transpose=False, *, out):
     api = "torch.ormqr"
     _check_dtype(api, self, input2, input3)
@@ -666,6 +703,7 @@ def ormqr_out(self, input2, input3, left=True, transpose=False, *, out):
     return out
 
 
+@OVERLOADS.implements("ormqr")
 def ormqr(self, input2, input3, left=True, transpose=False):
     _check_dtype("torch.ormqr", self, input2, input3)
     device = _dev("torch.ormqr", self, input2, input3)
@@ -674,6 +712,7 @@ def ormqr(self, input2, input3, left=True, transpose=False):
 
 # -- eigen and singular value decompositions -------------------------------------------------------
 
+@OVERLOADS.implements("_linalg_eigh.eigenvalues")
 def _linalg_eigh_out(A, UPLO="L", compute_v=True, *, eigenvalues, eigenvectors):
     api = "linalg.eigh"
     _check_dtype(api, A)
@@ -692,6 +731,7 @@ def _linalg_eigh_out(A, UPLO="L", compute_v=True, *, eigenvalues, eigenvectors):
     return eigenvalues, eigenvectors
 
 
+@OVERLOADS.implements("_linalg_eigh")
 def _linalg_eigh(A, UPLO="L", compute_v=True):
     _check_dtype("linalg.eigh", A)
     device = _dev("linalg.eigh", A)
@@ -699,6 +739,7 @@ def _linalg_eigh(A, UPLO="L", compute_v=True):
                             eigenvectors=_empty((0,), A.dtype, device))
 
 
+@OVERLOADS.implements("_linalg_svd.U")
 def _linalg_svd_out(A, full_matrices=False, compute_uv=True, *, driver=None, U, S, Vh):
     api = "linalg.svd"
     _check_dtype(api, A)
@@ -730,6 +771,7 @@ def _linalg_svd_out(A, full_matrices=False, compute_uv=True, *, driver=None, U, 
     return U, S, Vh
 
 
+@OVERLOADS.implements("_linalg_svd")
 def _linalg_svd(A, full_matrices=False, compute_uv=True, *, driver=None):
     _check_dtype("linalg.svd", A)
     device = _dev("linalg.svd", A)
@@ -746,6 +788,7 @@ def _eig_checks(api, A):
     return device
 
 
+@OVERLOADS.implements("linalg_eig.out")
 def linalg_eig_out(A, *, eigenvalues, eigenvectors):
     api = "torch.linalg.eig"
     device = _eig_checks(api, A)
@@ -759,6 +802,7 @@ def linalg_eig_out(A, *, eigenvalues, eigenvectors):
     return eigenvalues, eigenvectors
 
 
+@OVERLOADS.implements("linalg_eig")
 def linalg_eig(A):
     device = _eig_checks("torch.linalg.eig", A)
     cdtype = _COMPLEX_OF[A.dtype]
@@ -766,6 +810,7 @@ def linalg_eig(A):
                           eigenvectors=_empty_f(A.shape, cdtype, device))
 
 
+@OVERLOADS.implements("_linalg_eigvals")
 def _linalg_eigvals(A):
     api = "torch.linalg.eigvals"
     device = _eig_checks(api, A)
@@ -780,6 +825,7 @@ def _linalg_eigvals(A):
 _DRIVERS = {"gelsy": 0, "gels": 1, "gelsd": 2, "gelss": 3}
 
 
+@OVERLOADS.implements("linalg_lstsq.out")
 def linalg_lstsq_out(self, b, rcond=None, *, driver=None, solution, residuals, rank, singular_values):
     api = "torch.linalg.lstsq"
     _check_dtype(api, self, b)
@@ -847,6 +893,7 @@ def _trsm_into(device, A, B, X, upper, left, unitriangular, transpose=False):
             _ref(X), bool(upper), bool(left), bool(transpose), bool(unitriangular))
 
 
+@OVERLOADS.implements("linalg_solve_triangular.out")
 def linalg_solve_triangular_out(self, B, *, upper, left=True, unitriangular=False, out):
     api = "linalg.solve_triangular"
     _check_dtype(api, self, B)
@@ -870,6 +917,7 @@ def linalg_solve_triangular_out(self, B, *, upper, left=True, unitriangular=Fals
     return out
 
 
+@OVERLOADS.implements("linalg_solve_triangular")
 def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
     _check_dtype("linalg.solve_triangular", self, B)
     device = _dev("linalg.solve_triangular", self, B)
@@ -877,6 +925,7 @@ def linalg_solve_triangular(self, B, *, upper, left=True, unitriangular=False):
                                        out=_empty((0,), B.dtype, device))
 
 
+@OVERLOADS.implements("triangular_solve.X")
 def triangular_solve_out(self, A, upper=True, transpose=False, unitriangular=False, *, X, M):
     api = "triangular_solve"
     _check_dtype(api, self, A)
@@ -904,6 +953,7 @@ def triangular_solve_out(self, A, upper=True, transpose=False, unitriangular=Fal
     return X, M
 
 
+@OVERLOADS.implements("triangular_solve")
 def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
     _check_dtype("triangular_solve", self, A)
     device = _dev("triangular_solve", self, A)
@@ -913,6 +963,7 @@ def triangular_solve(self, A, upper=True, transpose=False, unitriangular=False):
 
 # -- composites: cross and trace ---------------------------------------------------------------------
 
+@OVERLOADS.implements("linalg_cross.out")
 @composite
 def linalg_cross_out(self, other, *, dim=-1, out):
     api = "linalg.cross"
@@ -942,12 +993,14 @@ def linalg_cross_out(self, other, *, dim=-1, out):
     return out
 
 
+@OVERLOADS.implements("linalg_cross")
 @composite
 def linalg_cross(self, other, *, dim=-1):
     device = _dev("linalg.cross", self, other)
     return linalg_cross_out(self, other, dim=dim, out=_empty((0,), torch.result_type(self, other), device))
 
 
+@OVERLOADS.implements("trace")
 @composite
 def trace(self):
     if self.dim() != 2:
@@ -1040,6 +1093,7 @@ def _mexp_t(degree, A):
     return B[1] + (B[2] + B3) @ B3
 
 
+@OVERLOADS.implements("linalg_matrix_exp")
 @composite
 def linalg_matrix_exp(self):
     api = "linalg.matrix_exp"

@@ -24,6 +24,9 @@ from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_strides, check_overlap, common_device, current_stream,
                                       device_ref, resize_out, rt)
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 # Dtypes of the matrix engine's GEMM: floating and integer, not bool.
 GEMM_DTYPES = frozenset(SUPPORTED - {torch.bool})
@@ -154,11 +157,13 @@ def _matmul(op, out, a, b, bias, beta, alpha):
     return out
 
 
+@OVERLOADS.implements("mm")
 def mm(a, b):
     _check("aten::mm", a, b)
     return _matmul("aten::mm", None, a, b, None, 0, 1)
 
 
+@OVERLOADS.implements("mm.out")
 def mm_out(a, b, *, out):
     _check("aten::mm.out", a, b)
     return _matmul("aten::mm.out", out, a, b, None, 0, 1)
@@ -177,18 +182,21 @@ def _check_bias(op, bias, a, b):
         raise RuntimeError(f"{op}: self and mat2 must have the same dtype, but got {bias.dtype} and {a.dtype}")
 
 
+@OVERLOADS.implements("addmm")
 def addmm(bias, a, b, *, beta=1, alpha=1):
     _check("aten::addmm", a, b)
     _check_bias("aten::addmm", bias, a, b)
     return _matmul("aten::addmm", None, a, b, bias, beta, alpha)
 
 
+@OVERLOADS.implements("addmm.out")
 def addmm_out(bias, a, b, *, beta=1, alpha=1, out):
     _check("aten::addmm.out", a, b)
     _check_bias("aten::addmm.out", bias, a, b)
     return _matmul("aten::addmm.out", out, a, b, bias, beta, alpha)
 
 
+@OVERLOADS.implements("addmm_")
 def addmm_(self, a, b, *, beta=1, alpha=1):
     _check("aten::addmm_", a, b)
     _check_bias("aten::addmm_", self, a, b)
@@ -244,12 +252,14 @@ def _batched(op, kernel, out, b1, b2, bias, beta, alpha):
     return out
 
 
+@OVERLOADS.implements("bmm")
 def bmm(b1, b2):
     _check_batches("aten::bmm", b1, b2)
     _check_same_dtype_3(None, b1, b2)
     return _batched("aten::bmm", "bmm", None, b1, b2, None, 0, 1)
 
 
+@OVERLOADS.implements("bmm.out")
 def bmm_out(b1, b2, *, out):
     _check_batches("aten::bmm.out", b1, b2)
     _check_same_dtype_3(None, b1, b2)
@@ -263,16 +273,19 @@ def _check_baddbmm(op, self, b1, b2):
     _check_same_dtype_3(self, b1, b2)
 
 
+@OVERLOADS.implements("baddbmm")
 def baddbmm(self, b1, b2, *, beta=1, alpha=1):
     _check_baddbmm("aten::baddbmm", self, b1, b2)
     return _batched("aten::baddbmm", "bmm", None, b1, b2, self, beta, alpha)
 
 
+@OVERLOADS.implements("baddbmm.out")
 def baddbmm_out(self, b1, b2, *, beta=1, alpha=1, out):
     _check_baddbmm("aten::baddbmm.out", self, b1, b2)
     return _batched("aten::baddbmm.out", "bmm", out, b1, b2, self, beta, alpha)
 
 
+@OVERLOADS.implements("baddbmm_")
 def baddbmm_(self, b1, b2, *, beta=1, alpha=1):
     _check_baddbmm("aten::baddbmm_", self, b1, b2)
     _check_inplace_shape(self, (b1.shape[0], b1.shape[1], b2.shape[2]))
@@ -286,16 +299,19 @@ def _check_addbmm(op, self, b1, b2):
     _check_same_dtype_3(self, b1, b2)
 
 
+@OVERLOADS.implements("addbmm")
 def addbmm(self, b1, b2, *, beta=1, alpha=1):
     _check_addbmm("aten::addbmm", self, b1, b2)
     return _batched("aten::addbmm", "addbmm", None, b1, b2, self, beta, alpha)
 
 
+@OVERLOADS.implements("addbmm.out")
 def addbmm_out(self, b1, b2, *, beta=1, alpha=1, out):
     _check_addbmm("aten::addbmm.out", self, b1, b2)
     return _batched("aten::addbmm.out", "addbmm", out, b1, b2, self, beta, alpha)
 
 
+@OVERLOADS.implements("addbmm_")
 def addbmm_(self, b1, b2, *, beta=1, alpha=1):
     # CPU resizes a broadcastable ``self`` in place; here the in-place form needs self's own shape.
     _check_addbmm("aten::addbmm_", self, b1, b2)
@@ -347,26 +363,31 @@ def _addmv(op, out, self, mat, vec, beta, alpha):
     return out
 
 
+@OVERLOADS.implements("mv")
 def mv(self, vec):
     _check_addmv("aten::mv", None, self, vec)
     return _addmv("aten::mv", None, None, self, vec, 0, 1)
 
 
+@OVERLOADS.implements("mv.out")
 def mv_out(self, vec, *, out):
     _check_addmv("aten::mv.out", None, self, vec)
     return _addmv("aten::mv.out", out, None, self, vec, 0, 1)
 
 
+@OVERLOADS.implements("addmv")
 def addmv(self, mat, vec, *, beta=1, alpha=1):
     _check_addmv("aten::addmv", self, mat, vec)
     return _addmv("aten::addmv", None, self, mat, vec, beta, alpha)
 
 
+@OVERLOADS.implements("addmv.out")
 def addmv_out(self, mat, vec, *, beta=1, alpha=1, out):
     _check_addmv("aten::addmv.out", self, mat, vec)
     return _addmv("aten::addmv.out", out, self, mat, vec, beta, alpha)
 
 
+@OVERLOADS.implements("addmv_")
 def addmv_(self, mat, vec, *, beta=1, alpha=1):
     _check_addmv("aten::addmv_", self, mat, vec)
     _check_inplace_shape(self, (mat.shape[0],))
@@ -399,22 +420,26 @@ def _dot(op, a, b, out=None):
     return out
 
 
+@OVERLOADS.implements("dot")
 def dot(a, b):
     _check_dot("aten::dot", a, b)
     return _dot("aten::dot", a, b)
 
 
+@OVERLOADS.implements("dot.out")
 def dot_out(a, b, *, out):
     _check_dot("aten::dot.out", a, b)
     return _dot("aten::dot.out", a, b, out)
 
 
+@OVERLOADS.implements("vdot")
 def vdot(a, b):
     # Real dtypes only (the device has no complex), where vdot is dot.
     _check_dot("aten::vdot", a, b)
     return _dot("aten::vdot", a, b)
 
 
+@OVERLOADS.implements("vdot.out")
 def vdot_out(a, b, *, out):
     _check_dot("aten::vdot.out", a, b)
     return _dot("aten::vdot.out", a, b, out)
@@ -474,13 +499,16 @@ def _addr(op, out, self, v1, v2, beta, alpha, inplace=False):
     return out
 
 
+@OVERLOADS.implements("addr")
 def addr(self, vec1, vec2, *, beta=1, alpha=1):
     return _addr("aten::addr", None, self, vec1, vec2, beta, alpha)
 
 
+@OVERLOADS.implements("addr.out")
 def addr_out(self, vec1, vec2, *, beta=1, alpha=1, out):
     return _addr("aten::addr.out", out, self, vec1, vec2, beta, alpha)
 
 
+@OVERLOADS.implements("addr_")
 def addr_(self, vec1, vec2, *, beta=1, alpha=1):
     return _addr("aten::addr_", self, self, vec1, vec2, beta, alpha, inplace=True)

@@ -1,13 +1,10 @@
-"""log_softmax and nll_loss (the pieces of ``F.cross_entropy``) lowered to the vector engine.
+"""nll_loss (with log_softmax, ops/log_softmax.py, the pieces of ``F.cross_entropy``), nll_loss2d and
+the pointwise losses lowered to the vector engine. Margin losses are in ops/margin_loss.py, CTC loss in
+ops/ctc_loss.py.
 
-Native overloads: ``_log_softmax`` / ``_log_softmax.out``, ``_log_softmax_backward_data`` /
-``.out``, ``nll_loss_forward`` / ``.output``, ``nll_loss_backward`` / ``.grad_input``.
-
-log_softmax: over one dimension of a tensor of any rank and any strides (outputs are
-contiguous, as on CPU), float32/float64/float16/bfloat16. Computed in float32 (float64 for
-float64) with the max subtracted first. ``half_to_float=True`` is rejected like CPU does
-("softmax with half to float conversion is not supported on CPU"): the device mirrors the CPU
-reference. Backward: ``grad_output - exp(output) * sum(grad_output)``, result in ``input_dtype``.
+Native overloads: ``nll_loss_forward`` / ``.output``, ``nll_loss_backward`` / ``.grad_input``, the
+``nll_loss2d`` ones, and ``mse_loss``, ``smooth_l1_loss``, ``huber_loss``, ``binary_cross_entropy``
+(forward and backward) and ``binary_cross_entropy_with_logits`` (see the sections below).
 
 nll_loss: a 1-D (C,) or 2-D (N, C) floating input with an int64 target of shape () / (N,), an
 optional weight (C,) of the input's dtype, reduction none/mean/sum and ignore_index; returns
@@ -27,98 +24,22 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOATING, SUPPORTED
-from torch_plugin.errors import refuse_in_projection, unsupported_dtype
+from torch_plugin._dtypes import FLOATING
+from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops import fallback
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device, current_stream, device_ref,
                                       resize_out, rt)
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 _REDUCTIONS = (0, 1, 2)  # none, mean, sum
-
-
-def _wrap_dim(dim: int, ndim: int) -> int:
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
-    return dim % n
 
 
 def _resize_out(out: torch.Tensor, shape, dtype, name: str) -> None:
     if out.dtype != dtype:
         raise RuntimeError(f"{name}: Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
     resize_out(out, shape)
-
-
-def _softmax_ref(t: torch.Tensor):
-    """Descriptor for the kernel: a 0-dim tensor is one vector of length 1."""
-    if t.dim() == 0:
-        return device_ref(t, (1,), (0,))
-    return device_ref(t)
-
-
-def _check_floating(name: str, dtype) -> None:
-    if dtype not in SUPPORTED:
-        raise unsupported_dtype(name, dtype, SUPPORTED)
-    if dtype not in FLOATING:
-        raise RuntimeError(f"{name}: \"log_softmax\" not implemented for '{str(dtype).replace('torch.', '')}'"
-                           " (floating dtypes only)")
-
-
-# ---------------------------------------------------------------------------------------------
-# log_softmax
-
-def _log_softmax(x, dim, half_to_float, out=None):
-    name = "aten::_log_softmax"
-    device = common_device(name, x) if out is None else common_device(name, x, out)
-    _check_floating(name, x.dtype)
-    if half_to_float:
-        raise RuntimeError("softmax with half to float conversion is not supported on CPU")
-    d = _wrap_dim(dim, x.dim())
-    if out is None:
-        out = torch.empty(x.shape, dtype=x.dtype, device=torch.device("emu", device))
-    else:
-        _resize_out(out, x.shape, x.dtype, name)
-        check_overlap(name, out, x)
-    if out.numel():
-        rt().launch("log_softmax", (_softmax_ref(out), _softmax_ref(x), d), current_stream(device))
-    return out
-
-
-def log_softmax(self, dim, half_to_float):
-    return _log_softmax(self, dim, half_to_float)
-
-
-def log_softmax_out(self, dim, half_to_float, *, out):
-    return _log_softmax(self, dim, half_to_float, out)
-
-
-def _log_softmax_backward(grad_output, output, dim, input_dtype, out=None):
-    name = "aten::_log_softmax_backward_data"
-    device = common_device(name, grad_output, output) if out is None else \
-        common_device(name, grad_output, output, out)
-    for dt in (grad_output.dtype, output.dtype, input_dtype):
-        _check_floating(name, dt)
-    if grad_output.shape != output.shape:
-        raise RuntimeError(f"{name}: grad_output shape {list(grad_output.shape)} does not match output "
-                           f"shape {list(output.shape)}")
-    d = _wrap_dim(dim, output.dim())
-    if out is None:
-        out = torch.empty(output.shape, dtype=input_dtype, device=torch.device("emu", device))
-    else:
-        _resize_out(out, output.shape, input_dtype, name)
-        check_overlap(name, out, grad_output, output)
-    if out.numel():
-        rt().launch("log_softmax_backward", (_softmax_ref(out), _softmax_ref(grad_output), _softmax_ref(output), d),
-                    current_stream(device))
-    return out
-
-
-def log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    return _log_softmax_backward(grad_output, output, dim, input_dtype)
-
-
-def log_softmax_backward_data_out(grad_output, output, dim, input_dtype, *, out):
-    return _log_softmax_backward(grad_output, output, dim, input_dtype, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -191,10 +112,12 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index, output=None, t
     return output, total_weight
 
 
+@OVERLOADS.implements("nll_loss_forward")
 def nll_loss_forward(self, target, weight, reduction, ignore_index):
     return _nll_loss_forward(self, target, weight, reduction, ignore_index)
 
 
+@OVERLOADS.implements("nll_loss_forward.output")
 def nll_loss_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
     return _nll_loss_forward(self, target, weight, reduction, ignore_index, output, total_weight)
 
@@ -237,10 +160,12 @@ def _nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, 
     return grad_input
 
 
+@OVERLOADS.implements("nll_loss_backward")
 def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     return _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
 
 
+@OVERLOADS.implements("nll_loss_backward.grad_input")
 def nll_loss_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *,
                                  grad_input):
     return _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, grad_input)
@@ -306,10 +231,12 @@ def _nll_loss2d_forward(x, target, weight, reduction, ignore_index, output=None,
     return output, total_weight
 
 
+@OVERLOADS.implements("nll_loss2d_forward")
 def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
     return _nll_loss2d_forward(self, target, weight, reduction, ignore_index)
 
 
+@OVERLOADS.implements("nll_loss2d_forward.output")
 def nll_loss2d_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
     return _nll_loss2d_forward(self, target, weight, reduction, ignore_index, output, total_weight)
 
@@ -349,10 +276,12 @@ def _nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index
     return grad_input
 
 
+@OVERLOADS.implements("nll_loss2d_backward")
 def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
     return _nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
 
 
+@OVERLOADS.implements("nll_loss2d_backward.grad_input")
 def nll_loss2d_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *,
                                    grad_input):
     return _nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight,
@@ -453,19 +382,23 @@ def _elementwise_loss(name, op, x, y, reduction, param, out=None, keep_input_dty
     return _pointwise_forward(name, op, x, y, None, None, reduction, param, _bshape(x, y), dtype, out)
 
 
+@OVERLOADS.implements("mse_loss")
 def mse_loss(self, target, reduction=1):
     return _elementwise_loss("aten::mse_loss", _MSE, self, target, reduction, 0.0)
 
 
+@OVERLOADS.implements("mse_loss.out")
 def mse_loss_out(self, target, reduction=1, *, out):
     return _elementwise_loss("aten::mse_loss.out", _MSE, self, target, reduction, 0.0, out)
 
 
+@OVERLOADS.implements("mse_loss_backward")
 def mse_loss_backward(grad_output, self, target, reduction):
     return _pointwise_backward("aten::mse_loss_backward", _MSE, grad_output, self, target, None, reduction, 0.0,
                                _bshape(self, target))
 
 
+@OVERLOADS.implements("mse_loss_backward.grad_input")
 def mse_loss_backward_grad_input(grad_output, self, target, reduction, *, grad_input):
     return _pointwise_backward("aten::mse_loss_backward.grad_input", _MSE, grad_output, self, target, None,
                                reduction, 0.0, _bshape(self, target), grad_input)
@@ -476,21 +409,25 @@ def _check_beta(beta):
         raise RuntimeError("smooth_l1_loss does not support negative values for beta.")
 
 
+@OVERLOADS.implements("smooth_l1_loss")
 def smooth_l1_loss(self, target, reduction=1, beta=1.0):
     _check_beta(beta)
     return _elementwise_loss("aten::smooth_l1_loss", _SMOOTH_L1, self, target, reduction, beta)
 
 
+@OVERLOADS.implements("smooth_l1_loss.out")
 def smooth_l1_loss_out(self, target, reduction=1, beta=1.0, *, out):
     _check_beta(beta)
     return _elementwise_loss("aten::smooth_l1_loss.out", _SMOOTH_L1, self, target, reduction, beta, out)
 
 
+@OVERLOADS.implements("smooth_l1_loss_backward")
 def smooth_l1_loss_backward(grad_output, self, target, reduction, beta):
     return _pointwise_backward("aten::smooth_l1_loss_backward", _SMOOTH_L1, grad_output, self, target, None,
                                reduction, beta, _bshape(self, target))
 
 
+@OVERLOADS.implements("smooth_l1_loss_backward.grad_input")
 def smooth_l1_loss_backward_grad_input(grad_output, self, target, reduction, beta, *, grad_input):
     return _pointwise_backward("aten::smooth_l1_loss_backward.grad_input", _SMOOTH_L1, grad_output, self, target,
                                None, reduction, beta, _bshape(self, target), grad_input)
@@ -501,22 +438,26 @@ def _check_delta(delta):
         raise RuntimeError("huber_loss does not support non-positive values for delta.")
 
 
+@OVERLOADS.implements("huber_loss")
 def huber_loss(self, target, reduction=1, delta=1.0):
     _check_delta(delta)
     return _elementwise_loss("aten::huber_loss", _HUBER, self, target, reduction, delta, keep_input_dtype=True)
 
 
+@OVERLOADS.implements("huber_loss.out")
 def huber_loss_out(self, target, reduction=1, delta=1.0, *, out):
     _check_delta(delta)
     return _elementwise_loss("aten::huber_loss.out", _HUBER, self, target, reduction, delta, out,
                              keep_input_dtype=True)
 
 
+@OVERLOADS.implements("huber_loss_backward")
 def huber_loss_backward(grad_output, self, target, reduction, delta):
     return _pointwise_backward("aten::huber_loss_backward", _HUBER, grad_output, self, target, None, reduction,
                                delta, _bshape(self, target))
 
 
+@OVERLOADS.implements("huber_loss_backward.out")
 def huber_loss_backward_out(grad_output, self, target, reduction, delta, *, grad_input):
     return _pointwise_backward("aten::huber_loss_backward.out", _HUBER, grad_output, self, target, None, reduction,
                                delta, _bshape(self, target), grad_input)
@@ -533,10 +474,12 @@ def _bce(name, x, y, weight, reduction, out=None):
     return _pointwise_forward(name, _BCE, x, y, weight, None, reduction, 0.0, tuple(x.shape), x.dtype, out)
 
 
+@OVERLOADS.implements("binary_cross_entropy")
 def binary_cross_entropy(self, target, weight=None, reduction=1):
     return _bce("aten::binary_cross_entropy", self, target, weight, reduction)
 
 
+@OVERLOADS.implements("binary_cross_entropy.out")
 def binary_cross_entropy_out(self, target, weight=None, reduction=1, *, out):
     return _bce("aten::binary_cross_entropy.out", self, target, weight, reduction, out)
 
@@ -547,16 +490,19 @@ def _bce_backward_shape(x, y, weight):
     return tuple(x.shape)
 
 
+@OVERLOADS.implements("binary_cross_entropy_backward")
 def binary_cross_entropy_backward(grad_output, self, target, weight=None, reduction=1):
     return _pointwise_backward("aten::binary_cross_entropy_backward", _BCE, grad_output, self, target, weight,
                                reduction, 0.0, _bce_backward_shape(self, target, weight))
 
 
+@OVERLOADS.implements("binary_cross_entropy_backward.grad_input")
 def binary_cross_entropy_backward_grad_input(grad_output, self, target, weight=None, reduction=1, *, grad_input):
     return _pointwise_backward("aten::binary_cross_entropy_backward.grad_input", _BCE, grad_output, self, target,
                                weight, reduction, 0.0, _bce_backward_shape(self, target, weight), grad_input)
 
 
+@OVERLOADS.implements("binary_cross_entropy_with_logits")
 def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None, reduction=1):
     """CPU's composite: loss = (1 - y) * x - ((pos_weight - 1) * y + 1) * log_sigmoid(x), times weight;
     its shape is the target's (CPU computes ``(1 - target).mul_(...)`` in place)."""
@@ -571,253 +517,3 @@ def binary_cross_entropy_with_logits(self, target, weight=None, pos_weight=None,
     _check_broadcasts_to(pos_weight, shape)
     _check_broadcasts_to(weight, shape)
     return _pointwise_forward(name, _BCE_LOGITS, self, target, weight, pos_weight, reduction, 0.0, shape, dtype)
-
-
-# ---------------------------------------------------------------------------------------------
-# Margin losses (pooling and sampling extras): multi_margin_loss and multilabel_margin_loss,
-# forward and backward, float32/float64 (CPU has no float16/bfloat16 kernels either). Target
-# ranges are checked before the launch with one device reduction and one synchronisation, so a
-# bad target is CPU's error and never a kernel fault that would poison the context.
-
-_MARGIN_DTYPES = frozenset({torch.float32, torch.float64})
-
-
-def _target_range(target):
-    refuse_in_projection(None, "checks device values on the host before it launches (the target's range)")
-    return tuple(int(v) for v in torch.stack((target.min(), target.max())).tolist()) if target.numel() else (0, 0)
-
-
-def _margin_out(name, out, shape, dtype, device, *inputs):
-    if out is None:
-        return torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
-    common_device(name, out, *inputs)
-    if out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
-    resize_out(out, shape)
-    check_overlap(name, out, *inputs)
-    return out
-
-
-def _multi_margin_args(name, x, target, p, weight):
-    tensors = [x, target] + ([weight] if weight is not None else [])
-    device = common_device(name, *tensors)
-    if x.dtype not in _MARGIN_DTYPES:
-        raise unsupported_dtype(name, x.dtype, _MARGIN_DTYPES)
-    if x.dim() > 2 or (x.dim() == 2 and x.shape[1] == 0) or (x.dim() == 1 and x.numel() == 0):
-        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
-                           f"{list(x.shape)}")
-    nframe = x.shape[0] if x.dim() == 2 else 1
-    C = x.shape[-1] if x.dim() else 1
-    if target.dim() > 1 or target.numel() != nframe:
-        raise RuntimeError(f"inconsistent target size, expected {nframe} but got {list(target.shape)}")
-    if target.dtype != torch.int64:
-        raise RuntimeError(f"expected scalar type Long but found {target.dtype}")
-    if weight is not None and (weight.dim() > 1 or weight.numel() != C):
-        raise RuntimeError(f"inconsistent weight size, expected {C} but got {list(weight.shape)}")
-    if weight is not None and weight.dtype != x.dtype:
-        raise RuntimeError(f"expected scalar type {x.dtype} but found {weight.dtype}")
-    p = int(p) if float(p) == int(p) else p
-    if p not in (1, 2):
-        raise RuntimeError("only p == 1 and p == 2 supported")
-    lo, hi = _target_range(target)
-    if lo < 0 or hi >= C:
-        raise RuntimeError("target out of range")
-    return device, nframe, C, p, weight
-
-
-def _weight_args(weight, C):
-    if weight is None:
-        return None
-    return device_ref(weight.reshape(C))
-
-
-def _multi_margin_loss(x, target, p, margin, weight, reduction, out=None):
-    name = "aten::multi_margin_loss"
-    device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
-    reduction = int(reduction)
-    shape = (nframe,) if reduction == 0 and target.dim() > 0 else ()
-    out = _margin_out(name, out, shape, x.dtype, device, x, target)
-    if out.numel():
-        flat = out.reshape(-1) if out.dim() else out.view(1)
-        rt().launch("multi_margin_loss", (device_ref(flat, (max(flat.numel(), 1),), flat.stride()),
-                                          device_ref(x.reshape(nframe, C)), device_ref(target.reshape(nframe)),
-                                          _weight_args(weight, C), p, float(margin), reduction),
-                    current_stream(device))
-    return out
-
-
-def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
-    return _multi_margin_loss(self, target, p, margin, weight, reduction)
-
-
-def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
-    return _multi_margin_loss(self, target, p, margin, weight, reduction, out)
-
-
-def _multi_margin_loss_backward(grad_output, x, target, p, margin, weight, reduction, grad_input=None):
-    name = "aten::multi_margin_loss_backward"
-    device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
-    common_device(name, grad_output, x)
-    reduction = int(reduction)
-    per_sample = reduction == 0 and target.dim() > 0
-    if grad_output.numel() != (nframe if per_sample else 1) or grad_output.dtype != x.dtype:
-        raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} and dtype {grad_output.dtype} "
-                           f"does not match the loss")
-    grad_input = _margin_out(name, grad_input, x.shape, x.dtype, device, grad_output, x, target)
-    if grad_input.numel():
-        go = grad_output.reshape(-1)
-        go_ref = device_ref(go, (nframe,), (go.stride(0) if per_sample else 0,))
-        rt().launch("multi_margin_loss_backward", (device_ref(grad_input.view(nframe, C)), go_ref,
-                                                   device_ref(x.reshape(nframe, C)),
-                                                   device_ref(target.reshape(nframe)), _weight_args(weight, C), p,
-                                                   float(margin), reduction), current_stream(device))
-    return grad_input
-
-
-def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1):
-    return _multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction)
-
-
-def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *,
-                                          grad_input):
-    return _multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction, grad_input)
-
-
-def _multilabel_args(name, x, target):
-    device = common_device(name, x, target)
-    if x.dtype not in _MARGIN_DTYPES:
-        raise unsupported_dtype(name, x.dtype, _MARGIN_DTYPES)
-    if x.dim() > 2 or (x.dim() == 2 and x.shape[1] == 0) or (x.dim() == 1 and x.numel() == 0):
-        raise RuntimeError(f"Expected non-empty vector or matrix with optional 0-dim batch size, but got: "
-                           f"{list(x.shape)}")
-    if tuple(target.shape) != tuple(x.shape):
-        raise RuntimeError(f"inconsistent target size: {list(target.shape)} for input of size: {list(x.shape)}")
-    if target.dtype != torch.int64:
-        raise RuntimeError(f"expected scalar type Long but found {target.dtype}")
-    nframe = x.shape[0] if x.dim() == 2 else 1
-    C = x.shape[-1] if x.dim() else 1
-    lo, hi = _target_range(target)
-    if lo < -1 or hi >= C:
-        raise RuntimeError("argument #2 'target' is out of range")
-    return device, nframe, C
-
-
-def _multilabel_forward(x, target, reduction, output=None, is_target=None):
-    name = "aten::multilabel_margin_loss_forward"
-    device, nframe, C = _multilabel_args(name, x, target)
-    reduction = int(reduction)
-    shape = (nframe,) if reduction == 0 and x.dim() > 1 else ()
-    output = _margin_out(name, output, shape, x.dtype, device, x, target)
-    is_target = _margin_out(name, is_target, target.shape, x.dtype, device, x, target, output)
-    if output.numel():
-        flat = output.reshape(-1) if output.dim() else output.view(1)
-        rt().launch("multilabel_margin_loss", (device_ref(flat, (flat.numel(),), flat.stride()),
-                                               device_ref(is_target.view(nframe, C)), device_ref(x.reshape(nframe, C)),
-                                               device_ref(target.reshape(nframe, C)), reduction),
-                    current_stream(device))
-    return output, is_target
-
-
-def multilabel_margin_loss_forward(self, target, reduction):
-    return _multilabel_forward(self, target, reduction)
-
-
-def multilabel_margin_loss_forward_output(self, target, reduction, *, output, is_target):
-    return _multilabel_forward(self, target, reduction, output, is_target)
-
-
-def _multilabel_backward(grad_output, x, target, reduction, is_target, grad_input=None):
-    name = "aten::multilabel_margin_loss_backward"
-    device, nframe, C = _multilabel_args(name, x, target)
-    common_device(name, grad_output, x, is_target)
-    reduction = int(reduction)
-    per_sample = reduction == 0 and x.dim() > 1
-    if grad_output.numel() != (nframe if per_sample else 1) or grad_output.dtype != x.dtype:
-        raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} and dtype {grad_output.dtype} "
-                           f"does not match the loss")
-    if tuple(is_target.shape) != tuple(x.shape) or is_target.dtype != x.dtype:
-        raise RuntimeError(f"inconsistent is_target size: {list(is_target.shape)} for input of size: "
-                           f"{list(x.shape)}")
-    grad_input = _margin_out(name, grad_input, x.shape, x.dtype, device, grad_output, x, target, is_target)
-    if grad_input.numel():
-        go = grad_output.reshape(-1)
-        go_ref = device_ref(go, (nframe,), (go.stride(0) if per_sample else 0,))
-        rt().launch("multilabel_margin_loss_backward", (device_ref(grad_input.view(nframe, C)), go_ref,
-                                                        device_ref(x.reshape(nframe, C)),
-                                                        device_ref(target.reshape(nframe, C)),
-                                                        device_ref(is_target.reshape(nframe, C)), reduction),
-                    current_stream(device))
-    return grad_input
-
-
-def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
-    return _multilabel_backward(grad_output, self, target, reduction, is_target)
-
-
-def multilabel_margin_loss_backward_grad_input(grad_output, self, target, reduction, is_target, *, grad_input):
-    return _multilabel_backward(grad_output, self, target, reduction, is_target, grad_input)
-
-
-# ---------------------------------------------------------------------------------------------
-# CTC loss forward (_ctc_loss, _ctc_loss.Tensor): the alpha recursion on the device (losses.pyx),
-# float32/float64 log_probs as CPU. The backward pass (_ctc_loss_backward) is not native yet.
-
-def _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    name = "aten::_ctc_loss"
-    device = common_device(name, log_probs, targets)
-    if log_probs.dtype not in _MARGIN_DTYPES:
-        raise unsupported_dtype(name, log_probs.dtype, _MARGIN_DTYPES)
-    if targets.dtype not in (torch.int32, torch.int64):
-        raise RuntimeError(f"{name}: targets must be int32 or int64, got {targets.dtype}")
-    if log_probs.dim() != 3:
-        raise RuntimeError(f"{name}: expected a 3-D (T, N, C) log_probs, got {list(log_probs.shape)}")
-    T, N, C = log_probs.shape
-    blank = int(blank)
-    if not 0 <= blank < C:
-        raise RuntimeError("blank must be in label range")
-    input_lengths, target_lengths = [int(v) for v in input_lengths], [int(v) for v in target_lengths]
-    if len(input_lengths) != N:
-        raise RuntimeError("input_lengths must be of size batch_size")
-    if len(target_lengths) != N:
-        raise RuntimeError("target_lengths must be of size batch_size")
-    if targets.dim() == 1:
-        offsets, pos = [], 0
-        for n in target_lengths:
-            offsets.append(pos * targets.stride(0))
-            pos += n
-        stride = targets.stride(0) if targets.dim() else 1
-    else:
-        offsets = [b * targets.stride(0) for b in range(N)]
-        stride = targets.stride(1)
-        for n in target_lengths:
-            if n > targets.shape[1]:
-                raise RuntimeError(f"Expected tensor to have size at least {n} at dimension 1, but got size "
-                                   f"{targets.shape[1]} for argument #2 'targets' (while checking arguments for "
-                                   "ctc_loss_cpu)")
-    for n in input_lengths:
-        if n > T:
-            raise RuntimeError(f"Expected input_lengths to have value at most {T}, but got value {n} (while checking "
-                               "arguments for ctc_loss_cpu)")
-    if any(n < 0 for n in input_lengths + target_lengths):
-        raise RuntimeError(f"{name}: lengths must be non-negative")
-    max_target = max(target_lengths, default=0)
-    nll = torch.empty((N,), dtype=log_probs.dtype, device=log_probs.device)
-    log_alpha = torch.empty((N, T, 2 * max_target + 1), dtype=log_probs.dtype, device=log_probs.device)
-    if N:
-        # the per-sample table travels as a small device tensor (a host-to-device copy)
-        meta = torch.tensor([offsets, input_lengths, target_lengths], dtype=torch.int64).to(log_probs.device)
-        rt().launch("ctc_loss", (device_ref(nll), device_ref(log_alpha), device_ref(log_probs), device_ref(targets),
-                                 device_ref(meta), stride, blank, max_target), current_stream(device))
-    return nll, log_alpha
-
-
-def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    return _ctc_loss(log_probs, targets, input_lengths, target_lengths, blank, zero_infinity)
-
-
-def ctc_loss_tensor(log_probs, targets, input_lengths, target_lengths, blank=0, zero_infinity=False):
-    # lengths are host-side metadata of the recursion (CPU's kernel reads them on the host too)
-    if input_lengths.device.type == "emu" or target_lengths.device.type == "emu":
-        refuse_in_projection("aten::ctc_loss", "reads the lengths tensors on the host",
-                             "pass input_lengths and target_lengths as Python lists or CPU tensors")
-    return _ctc_loss(log_probs, targets, input_lengths.tolist(), target_lengths.tolist(), blank, zero_infinity)

@@ -31,6 +31,9 @@ import torch
 from torch_plugin._dtypes import FLOATING, SUPPORTED
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 _REDUCED = (torch.float16, torch.bfloat16)
 _CPU_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float32: "Float", torch.float64: "Double",
@@ -135,6 +138,7 @@ def _softmax(x, dim, half_to_float, out=None, safe=False):
     return out
 
 
+@OVERLOADS.implements("_safe_softmax")
 def safe_softmax(self, dim, dtype=None):
     """aten::_safe_softmax (scaled_dot_product_attention's softmax): ``softmax(self, dim, dtype)``
     with the rows whose every element is -inf (fully masked) set to zero, in one kernel instead of
@@ -143,10 +147,12 @@ def safe_softmax(self, dim, dtype=None):
     return _softmax(x, dim, False, safe=True)
 
 
+@OVERLOADS.implements("_softmax")
 def softmax(self, dim, half_to_float):
     return _softmax(self, dim, half_to_float)
 
 
+@OVERLOADS.implements("_softmax.out")
 def softmax_out(self, dim, half_to_float, *, out):
     return _softmax(self, dim, half_to_float, out)
 
@@ -179,10 +185,12 @@ def _softmax_backward(grad_output, output, dim, input_dtype, out=None):
     return out
 
 
+@OVERLOADS.implements("_softmax_backward_data")
 def softmax_backward_data(grad_output, output, dim, input_dtype):
     return _softmax_backward(grad_output, output, dim, input_dtype)
 
 
+@OVERLOADS.implements("_softmax_backward_data.out")
 def softmax_backward_data_out(grad_output, output, dim, input_dtype, *, grad_input):
     return _softmax_backward(grad_output, output, dim, input_dtype, grad_input)
 
@@ -220,6 +228,7 @@ def _stats_view(name, t, outer_shape):
     return t.reshape(outer_shape)
 
 
+@OVERLOADS.implements("native_layer_norm")
 def native_layer_norm(x, normalized_shape, weight, bias, eps):
     name = "aten::native_layer_norm"
     device = common_device(name, *(t for t in (x, weight, bias) if t is not None))
@@ -248,6 +257,7 @@ def _grad_outputs(x, params, output_mask, layout_like_input=False):
     return grads
 
 
+@OVERLOADS.implements("native_layer_norm_backward")
 def native_layer_norm_backward(grad_out, x, normalized_shape, mean, rstd, weight, bias, output_mask):
     name = "aten::native_layer_norm_backward"
     device = common_device(name, *(t for t in (grad_out, x, mean, rstd, weight, bias) if t is not None))
@@ -291,6 +301,7 @@ def _rms_eps(x, eps):
     return torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
 
 
+@OVERLOADS.implements("_fused_rms_norm")
 def fused_rms_norm(x, normalized_shape, weight, eps):
     name = "aten::_fused_rms_norm"
     device = common_device(name, *(t for t in (x, weight) if t is not None))
@@ -308,6 +319,7 @@ def fused_rms_norm(x, normalized_shape, weight, eps):
     return y, rstd
 
 
+@OVERLOADS.implements("_fused_rms_norm_backward")
 def fused_rms_norm_backward(grad_out, x, normalized_shape, rstd, weight, output_mask):
     name = "aten::_fused_rms_norm_backward"
     device = common_device(name, *(t for t in (grad_out, x, rstd, weight) if t is not None))
@@ -352,6 +364,7 @@ def _group_param_strides(p, C, group):
     return (0, C // group * s, s, 0)
 
 
+@OVERLOADS.implements("native_group_norm")
 def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
     name = "aten::native_group_norm"
     device = common_device(name, *(t for t in (x, weight, bias) if t is not None))
@@ -373,6 +386,7 @@ def native_group_norm(x, weight, bias, N, C, HxW, group, eps):
     return y, mean, rstd
 
 
+@OVERLOADS.implements("native_group_norm_backward")
 def native_group_norm_backward(grad_out, x, mean, rstd, weight, N, C, HxW, group, output_mask):
     name = "aten::native_group_norm_backward"
     device = common_device(name, *(t for t in (grad_out, x, mean, rstd, weight) if t is not None))
@@ -454,41 +468,49 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     return y, save_mean, save_invstd
 
 
+@OVERLOADS.implements("native_batch_norm")
 def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
     return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
+@OVERLOADS.implements("native_batch_norm.out")
 def native_batch_norm_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out, save_mean,
                           save_invstd):
     results = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return _copy_outs("aten::native_batch_norm.out", results, (out, save_mean, save_invstd))
 
 
+@OVERLOADS.implements("_native_batch_norm_legit")
 def batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
     return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
+@OVERLOADS.implements("_native_batch_norm_legit.out")
 def batch_norm_legit_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out, save_mean,
                          save_invstd):
     results = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
     return _copy_outs("aten::_native_batch_norm_legit.out", results, (out, save_mean, save_invstd))
 
 
+@OVERLOADS.implements("_native_batch_norm_legit.no_stats")
 def batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
     return _batch_norm(input, weight, bias, None, None, training, momentum, eps)
 
 
+@OVERLOADS.implements("_native_batch_norm_legit.no_stats_out")
 def batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean, save_invstd):
     results = _batch_norm(input, weight, bias, None, None, training, momentum, eps)
     return _copy_outs("aten::_native_batch_norm_legit.no_stats_out", results, (out, save_mean, save_invstd))
 
 
+@OVERLOADS.implements("_batch_norm_with_update")
 def batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
     y, save_mean, save_invstd = _batch_norm(input, weight, bias, running_mean, running_var, True, momentum, eps)
     reserve = torch.empty((0,), dtype=torch.uint8, device=input.device)  # CPU's: no reserve space
     return y, save_mean, save_invstd, reserve
 
 
+@OVERLOADS.implements("native_batch_norm_backward")
 def native_batch_norm_backward(grad_out, x, weight, running_mean, running_var, save_mean, save_invstd, train, eps,
                                output_mask):
     name = "aten::native_batch_norm_backward"
@@ -521,6 +543,7 @@ def native_batch_norm_backward(grad_out, x, weight, running_mean, running_var, s
     return dx, dw, db
 
 
+@OVERLOADS.implements("batch_norm_backward")
 def batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var, update, eps,
                         output_mask, reserve):
     return native_batch_norm_backward(grad_out, input, weight, running_mean, running_var, save_mean, save_var,

@@ -4,8 +4,10 @@ Each row names the aten op, the device kernel (``unary_op``, ``binary_op`` or ``
 of the vector engine, emulator/kernels/pointwise.pyx) and its op code, the type
 promotion (TensorIterator's kinds, as in ``torch._prims_common``), which dtypes the op is
 defined for, the aten overloads it registers (functional, in-place, out=), and how the
-overload's extra arguments become the kernel's scalar parameters. ``registrations()``
-turns the rows into the PrivateUse1 kernels that ``registry.native_kernels()`` lists.
+overload's extra arguments become the kernel's scalar parameters. The rows' kernels are
+generated into ``GENERATED_OVERLOADS`` (a hand-written kernel any op module declares for the same
+overload wins over a row's, see ops/_overloads.py); the hand-written kernels beyond one row at the
+end are in ``OVERLOADS``. ``registrations()`` is both.
 The vector engine's cost per op (cycles per element group, higher for transcendental
 functions) is the kernel library's (emulator/kernels/library.py, ``pointwise_cycles``).
 
@@ -28,6 +30,10 @@ from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, resize_out,
                                       rt)
+from torch_plugin.ops._overloads import Overloads
+
+GENERATED_OVERLOADS = Overloads(__name__, generated=True)
+OVERLOADS = Overloads(__name__)
 
 _REDUCED = (torch.float16, torch.bfloat16)
 _INTEGRAL = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
@@ -568,17 +574,22 @@ def _overload_packet(overload: str):
         return None
 
 
-def registrations() -> dict:
-    """{aten overload: kernel} for every row's overloads that this torch defines."""
-    kernels = {}
+def _row_kernels():
+    """(aten overload, kernel) for every row's overloads that this torch defines."""
     for row in TABLE:
         for overload in row.overloads:
             op = _overload_packet(overload)
             if op is None:
                 continue
-            kernels[overload] = _make_kernel(row, overload, _out_argument(op._schema))
-    kernels.update(_EXTRA)
-    return kernels
+            yield overload, _make_kernel(row, overload, _out_argument(op._schema))
+
+
+GENERATED_OVERLOADS.update(_row_kernels())
+
+
+def registrations() -> dict:
+    """{aten overload: kernel}: the rows' generated kernels and this module's hand-written ones."""
+    return {**GENERATED_OVERLOADS.table(), **OVERLOADS.table()}
 
 
 def table_overloads_missing() -> list[str]:
@@ -598,17 +609,20 @@ _PRELU_GRAD_INPUT = Pointwise("_prelu_kernel_backward", "prelu_grad_input", 3, (
 _PRELU_GRAD_WEIGHT = Pointwise("_prelu_kernel_backward", "prelu_grad_weight", 2, (), "default", "float")
 
 
+@OVERLOADS.implements("log_sigmoid_forward")
 def log_sigmoid_forward(self):
     """(output, buffer): the buffer is empty, as CUDA's (log_sigmoid_backward does not read it)."""
     out = _launch(_LOG_SIGMOID, "aten::log_sigmoid_forward", [self], (), {}, None, False)
     return out, torch.empty((0,), dtype=self.dtype, device=self.device)
 
 
+@OVERLOADS.implements("log_sigmoid_forward.output")
 def log_sigmoid_forward_output(self, *, output, buffer):
     _launch(_LOG_SIGMOID, "aten::log_sigmoid_forward.output", [self], (), {}, output, False)
     return output, buffer
 
 
+@OVERLOADS.implements("frexp.Tensor_out")
 def frexp_out(self, *, mantissa, exponent):
     name = "aten::frexp.Tensor_out"
     if not self.dtype.is_floating_point:
@@ -627,6 +641,7 @@ def frexp_out(self, *, mantissa, exponent):
     return mantissa, exponent
 
 
+@OVERLOADS.implements("frexp.Tensor")
 def frexp(self):
     if not self.dtype.is_floating_point:
         raise RuntimeError(f"torch.frexp() only supports floating-point dtypes, but got {self.dtype}")
@@ -645,17 +660,20 @@ def _glu_halves(self, dim):
     return self.narrow(dim, 0, size // 2), self.narrow(dim, size // 2, size // 2), dim
 
 
+@OVERLOADS.implements("glu")
 def glu(self, dim=-1):
     # A composite of device ops: a * sigmoid(b) for the two halves along dim.
     a, b = _glu_halves(self, dim)[:2]
     return torch.mul(a, torch.sigmoid(b))
 
 
+@OVERLOADS.implements("glu.out")
 def glu_out(self, dim=-1, *, out):
     a, b = _glu_halves(self, dim)[:2]
     return torch.mul(a, torch.sigmoid(b), out=out)
 
 
+@OVERLOADS.implements("glu_backward")
 def glu_backward(grad_output, self, dim):
     a, b, dim = _glu_halves(self, dim)
     gate = torch.sigmoid(b)
@@ -664,12 +682,14 @@ def glu_backward(grad_output, self, dim):
     return torch.cat([grad_a, grad_b], dim)
 
 
+@OVERLOADS.implements("glu_backward.grad_input")
 def glu_backward_grad_input(grad_output, self, dim, *, grad_input):
     result = glu_backward(grad_output, self, dim)
     resize_out(grad_input, result.shape)
     return grad_input.copy_(result)
 
 
+@OVERLOADS.implements("_prelu_kernel_backward")
 def prelu_kernel_backward(grad_output, self, weight):
     """(grad_self, grad_weight), both of the broadcast shape (autograd sums grad_weight to weight's)."""
     name = "aten::_prelu_kernel_backward"
@@ -687,6 +707,7 @@ def _rrelu_check(lower, upper):
     return lower, upper
 
 
+@OVERLOADS.implements("rrelu_with_noise.out")
 def rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None, *, out):
     """training: a slope drawn uniformly from [lower, upper] (the device generator) for each negative
     element, recorded in noise (1 elsewhere); otherwise leaky_relu with slope (lower + upper) / 2."""
@@ -709,10 +730,12 @@ def rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=False
     return out.copy_(result)
 
 
+@OVERLOADS.implements("rrelu_with_noise")
 def rrelu_with_noise(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
     return rrelu_with_noise_out(self, noise, lower, upper, training, generator, out=None)
 
 
+@OVERLOADS.implements("rrelu_with_noise_")
 def rrelu_with_noise_(self, noise, lower=0.125, upper=1.0 / 3, training=False, generator=None):
     return rrelu_with_noise_out(self, noise, lower, upper, training, generator, out=self)
 
@@ -737,32 +760,16 @@ def _renorm_factor(self, p, dim, maxnorm):
     return factor.to(self.dtype) if self.dtype in _REDUCED else factor
 
 
+@OVERLOADS.implements("renorm")
 def renorm(self, p, dim, maxnorm):
     return torch.mul(self, _renorm_factor(self, p, dim, maxnorm))
 
 
+@OVERLOADS.implements("renorm.out")
 def renorm_out(self, p, dim, maxnorm, *, out):
     return torch.mul(self, _renorm_factor(self, p, dim, maxnorm), out=out)
 
 
+@OVERLOADS.implements("renorm_")
 def renorm_(self, p, dim, maxnorm):
     return self.mul_(_renorm_factor(self, p, dim, maxnorm))
-
-
-_EXTRA = {
-    "log_sigmoid_forward": log_sigmoid_forward,
-    "log_sigmoid_forward.output": log_sigmoid_forward_output,
-    "frexp.Tensor": frexp,
-    "frexp.Tensor_out": frexp_out,
-    "glu": glu,
-    "glu.out": glu_out,
-    "glu_backward": glu_backward,
-    "glu_backward.grad_input": glu_backward_grad_input,
-    "_prelu_kernel_backward": prelu_kernel_backward,
-    "rrelu_with_noise": rrelu_with_noise,
-    "rrelu_with_noise.out": rrelu_with_noise_out,
-    "rrelu_with_noise_": rrelu_with_noise_,
-    "renorm": renorm,
-    "renorm.out": renorm_out,
-    "renorm_": renorm_,
-}

@@ -22,6 +22,9 @@ import torch
 
 from torch_plugin._dtypes import FLOAT8, TO_CODE
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 _HALF_OR_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 _CPP = {torch.float32: "float", torch.int32: "int", torch.int8: "signed char", torch.uint8: "unsigned char",
@@ -66,6 +69,7 @@ def _int_mm_into(op, out, a, b):
     return out
 
 
+@OVERLOADS.implements("_int_mm")
 def int_mm(a, b):
     _check_int_mm(a, b)
     device = common_device("aten::_int_mm", a, b)
@@ -73,6 +77,7 @@ def int_mm(a, b):
     return _int_mm_into("aten::_int_mm", out, a, b)
 
 
+@OVERLOADS.implements("_int_mm.out")
 def int_mm_out(a, b, *, out):
     _check_int_mm(a, b)
     common_device("aten::_int_mm.out", out, a, b)
@@ -86,6 +91,7 @@ def int_mm_out(a, b, *, out):
 # ---------------------------------------------------------------------------------------------
 # _weight_int8pack_mm
 
+@OVERLOADS.implements("_weight_int8pack_mm")
 def weight_int8pack_mm(a, b, scales):
     op = "_weight_int8pack_mm_cpu"
     device = common_device("aten::_weight_int8pack_mm", a, b, scales)
@@ -115,6 +121,7 @@ def weight_int8pack_mm(a, b, scales):
 # ---------------------------------------------------------------------------------------------
 # int4: torch CPU's packed layout
 
+@OVERLOADS.implements("_convert_weight_to_int4pack_for_cpu")
 def convert_weight_to_int4pack_for_cpu(w, inner_k_tiles):
     device = common_device("aten::_convert_weight_to_int4pack_for_cpu", w)
     if w.dtype != torch.int32:
@@ -132,6 +139,7 @@ def convert_weight_to_int4pack_for_cpu(w, inner_k_tiles):
     return out
 
 
+@OVERLOADS.implements("_weight_int4pack_mm_for_cpu")
 def weight_int4pack_mm_for_cpu(a, w, group_size, scales_zeros):
     op = "_weight_int4pack_mm_cpu"
     device = common_device("aten::_weight_int4pack_mm_for_cpu", a, w, scales_zeros)
@@ -229,6 +237,7 @@ def _scaled_mm_into(op, out, a, b, sa, sb, bias, scale_result, mode):
     return out
 
 
+@OVERLOADS.implements("_scaled_mm")
 def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
     out_dtype = a.dtype if out_dtype is None else out_dtype
     mode = _check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
@@ -237,6 +246,7 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=No
     return _scaled_mm_into("aten::_scaled_mm", out, a, b, scale_a, scale_b, bias, scale_result, mode)
 
 
+@OVERLOADS.implements("_scaled_mm.out")
 def scaled_mm_out(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
                   *, out):
     out_dtype = a.dtype if out_dtype is None else out_dtype
@@ -277,24 +287,11 @@ def refuse_ao(op: str):
 QUANTIZING_OPS = ("quantize_per_tensor", "quantize_per_tensor.tensor_qparams", "quantize_per_tensor.tensors",
                   "quantize_per_tensor_dynamic", "quantize_per_channel", "_empty_affine_quantized",
                   "_empty_per_channel_affine_quantized")
+OVERLOADS.update({name: _refuse(f"aten::{name}") for name in QUANTIZING_OPS})
 # The torch.ao dynamic-quantization kernels a quantize_dynamic model calls with a (dense) emu
 # input: they would otherwise run on the host fallback.
 AO_DYNAMIC_OPS = ("quantized::linear_dynamic", "quantized::linear_dynamic_fp16",
                   "quantized::linear_relu_dynamic", "quantized::linear_relu_dynamic_fp16")
-
-
-def kernels() -> dict:
-    """aten overload name -> kernel, for ops/registry.py."""
-    return {
-        "_int_mm": int_mm,
-        "_int_mm.out": int_mm_out,
-        "_weight_int8pack_mm": weight_int8pack_mm,
-        "_convert_weight_to_int4pack_for_cpu": convert_weight_to_int4pack_for_cpu,
-        "_weight_int4pack_mm_for_cpu": weight_int4pack_mm_for_cpu,
-        "_scaled_mm": scaled_mm,
-        "_scaled_mm.out": scaled_mm_out,
-        **{name: _refuse(f"aten::{name}") for name in QUANTIZING_OPS},
-    }
 
 
 def register_out_dtype() -> None:

@@ -17,6 +17,9 @@ from torch_plugin import _C
 from torch_plugin.errors import refuse_in_projection
 from torch_plugin._dtypes import FLOATING
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, check_dtype, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 
 def _reserve(t, generator, words_per_element: int):
@@ -56,6 +59,7 @@ def _reject_complex(t, cpu_kernel: str) -> None:
         raise NotImplementedError(f"\"{cpu_kernel}\" not implemented for '{_COMPLEX_NAME[t.dtype]}' (on emu, as on CPU)")
 
 
+@OVERLOADS.implements("uniform_")
 def uniform_(t, from_=0.0, to=1.0, *, generator=None):
     if t.dtype in _COMPLEX_PART:
         uniform_(_parts(t), from_, to, generator=generator)
@@ -80,6 +84,7 @@ def uniform_(t, from_=0.0, to=1.0, *, generator=None):
     return _launch("uniform", t, (seed, offset, float(from_), float(to)))
 
 
+@OVERLOADS.implements("normal_")
 def normal_(t, mean=0.0, std=1.0, *, generator=None):
     if t.dtype in _COMPLEX_PART:
         if not std >= 0:
@@ -112,6 +117,7 @@ def _dtype_range(dtype):
     return info.min, info.max + 1
 
 
+@OVERLOADS.implements("random_.from")
 def random_from(t, from_, to=None, *, generator=None):
     if t.dtype in _COMPLEX_PART:
         raise RuntimeError("check_random_bounds handles only integral, floating-point and boolean types")
@@ -129,15 +135,18 @@ def random_from(t, from_, to=None, *, generator=None):
     return _launch("randint", t, (seed, offset, int(from_), int(high)))
 
 
+@OVERLOADS.implements("random_.to")
 def random_to(t, to, *, generator=None):
     return random_from(t, 0, to, generator=generator)
 
 
+@OVERLOADS.implements("random_")
 def random_(t, *, generator=None):
     _reject_complex(t, "random_kernel_cpu")
     return random_from(t, 0, _dtype_range(t.dtype)[1], generator=generator)
 
 
+@OVERLOADS.implements("bernoulli_.float")
 def bernoulli_float(t, p=0.5, *, generator=None):
     _reject_complex(t, "bernoulli_scalar_cpu_")
     check_dtype("aten::bernoulli_", t)
@@ -149,6 +158,7 @@ def bernoulli_float(t, p=0.5, *, generator=None):
     return _launch("bernoulli", t, (seed, offset, None, float(p)))
 
 
+@OVERLOADS.implements("bernoulli_.Tensor")
 def bernoulli_tensor(t, p, *, generator=None):
     _reject_complex(t, "bernoulli_tensor_cpu_self_")
     _reject_complex(p, "bernoulli_tensor_cpu_p_")
@@ -174,6 +184,7 @@ def bernoulli_tensor(t, p, *, generator=None):
     return _launch("bernoulli", t, (seed, offset, p_ref, 0.0))
 
 
+@OVERLOADS.implements("bernoulli")
 def bernoulli(p, *, generator=None):
     out = torch.empty_like(p)
     return bernoulli_tensor(out, p, generator=generator)
@@ -198,6 +209,7 @@ _C_NAMES = {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch
             torch.bool: "Bool"}
 
 
+@OVERLOADS.implements("exponential_")
 def exponential_(t, lambd=1.0, *, generator=None):
     if t.dtype in _COMPLEX_PART:
         raise RuntimeError("Exponential distribution is a continuous probability distribution. dtype must be a "
@@ -211,6 +223,7 @@ def exponential_(t, lambd=1.0, *, generator=None):
     return _launch("exponential", t, (seed, offset, float(lambd)))
 
 
+@OVERLOADS.implements("cauchy_")
 def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
     if t.dtype in _COMPLEX_PART:
         raise RuntimeError("Cauchy distribution is a continuous probability distribution. dtype must be a "
@@ -231,6 +244,7 @@ def cauchy_(t, median=0.0, sigma=1.0, *, generator=None):
     return _launch("cauchy", t, (seed, offset, float(median), float(sigma)))
 
 
+@OVERLOADS.implements("log_normal_")
 def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
     _reject_complex(t, "log_normal_cpu")
     _check_floating("log_normal_", t, "log_normal")
@@ -245,6 +259,7 @@ def log_normal_(t, mean=1.0, std=2.0, *, generator=None):
     return _launch("log_normal", t, (seed, offset, float(mean), float(std)))
 
 
+@OVERLOADS.implements("geometric_")
 def geometric_(t, p, *, generator=None):
     _reject_complex(t, "geometric_cpu")
     check_dtype("aten::geometric_", t)
@@ -328,6 +343,7 @@ def _complex_normal_into(out, mean, std, generator, device):
     return out
 
 
+@OVERLOADS.implements("normal.Tensor_Tensor")
 def normal_tensor_tensor(mean, std, *, generator=None):
     _check_std_tensor(std)
     shape = broadcast_shape(tuple(mean.shape), tuple(std.shape))
@@ -336,28 +352,33 @@ def normal_tensor_tensor(mean, std, *, generator=None):
     return _normal_into(out, mean, std, generator)
 
 
+@OVERLOADS.implements("normal.Tensor_float")
 def normal_tensor_float(mean, std=1.0, *, generator=None):
     _check_std_float(std)
     out = torch.empty(mean.shape, dtype=mean.dtype, device=mean.device)
     return _normal_into(out, mean, std, generator)
 
 
+@OVERLOADS.implements("normal.float_Tensor")
 def normal_float_tensor(mean, std, *, generator=None):
     _check_std_tensor(std)
     out = torch.empty(std.shape, dtype=std.dtype, device=std.device)
     return _normal_into(out, mean, std, generator)
 
 
+@OVERLOADS.implements("normal.Tensor_Tensor_out")
 def normal_tensor_tensor_out(mean, std, *, generator=None, out):
     _check_std_tensor(std)
     return _normal_into(out, mean, std, generator)
 
 
+@OVERLOADS.implements("normal.Tensor_float_out")
 def normal_tensor_float_out(mean, std=1.0, *, generator=None, out):
     _check_std_float(std)
     return _normal_into(out, mean, std, generator)
 
 
+@OVERLOADS.implements("normal.float_Tensor_out")
 def normal_float_tensor_out(mean, std, *, generator=None, out):
     _check_std_tensor(std)
     return _normal_into(out, mean, std, generator)
@@ -433,14 +454,17 @@ def _multinomial(probs, n_sample, replacement, generator, out=None):
     return out
 
 
+@OVERLOADS.implements("multinomial")
 def multinomial(self, num_samples, replacement=False, *, generator=None):
     return _multinomial(self, num_samples, replacement, generator)
 
 
+@OVERLOADS.implements("multinomial.out")
 def multinomial_out(self, num_samples, replacement=False, *, generator=None, out):
     return _multinomial(self, num_samples, replacement, generator, out)
 
 
+@OVERLOADS.implements("native_dropout")
 def native_dropout(input, p, train=None):
     """CPU's native_dropout: mask ~ Bernoulli(1 - p) (bool), output = input * mask * 1/(1-p)
     (scale 0 for p == 1); in eval mode output is a copy and the mask all true."""
@@ -455,6 +479,7 @@ def native_dropout(input, p, train=None):
     return input.clone(), torch.ones_like(input, dtype=torch.bool)
 
 
+@OVERLOADS.implements("native_dropout_backward")
 def native_dropout_backward(grad_output, mask, scale):
     if mask.dtype != torch.bool:
         raise RuntimeError(f"Mask should be Bool Scalar Type{_C_NAMES.get(mask.dtype, mask.dtype)}")
@@ -474,6 +499,7 @@ def _round_as(value: float, dtype) -> float:
     return torch.tensor(value, dtype=torch.float64).to(dtype).item() if dtype != torch.float64 else value
 
 
+@OVERLOADS.implements("logspace.out")
 def logspace_out(start, end, steps, base=10.0, *, out):
     """CPU's formula: base ** (start + step * i) for the first half, base ** (end - step * (steps - i - 1))
     for the rest, with start/end converted to out's dtype and step = (end - start) / (steps - 1)

@@ -3,12 +3,12 @@
 Native: sum (below); mean, prod, amax/amin, max/min (full and .dim), argmax/argmin,
 var/std/var_mean/std_mean (.correction overloads; the unbiased= ones are composite and reach
 them), linalg_vector_norm and the norm overloads with a dim, all/any (full, dim, dims),
-logsumexp, cumsum/cumprod, with their .out and in-place forms: each is one launch of the kernel
-library's "reduce" or "scan" kernel (emulator/kernels/reduction.pyx). Result dtypes, out= rules,
-errors and NaN behaviour are CPU's (NaN propagates in max/min/amax/amin; argmax/argmin and
-max/min.dim pick the first NaN, else the first extremum). Accumulation: float32 for
-float16/bfloat16/float32, float64 for float64, int64 (wrapping) for integers and bool; var/std
-in float64 (two passes); cumsum/cumprod in CPU's acc_type (float64 for float32).
+logsumexp, with their .out and in-place forms: each is one launch of the kernel library's
+"reduce" kernel (emulator/kernels/reduction.pyx); the scans (cumsum/cumprod) are in
+ops/scan.py. Result dtypes, out= rules, errors and NaN behaviour are CPU's (NaN propagates in
+max/min/amax/amin; argmax/argmin and max/min.dim pick the first NaN, else the first extremum).
+Accumulation: float32 for float16/bfloat16/float32, float64 for float64, int64 (wrapping) for
+integers and bool; var/std in float64 (two passes).
 
 sum:
 
@@ -30,6 +30,9 @@ import torch
 from torch_plugin._dtypes import SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 
 def _reduced_dims(op: str, ndim: int, dim) -> tuple:
@@ -84,17 +87,19 @@ def _sum(x, dim, keepdim, dtype, out=None):
     return out
 
 
+@OVERLOADS.implements("sum.dim_IntList")
 def sum_dim(x, dim=None, keepdim=False, *, dtype=None):
     return _sum(x, dim, keepdim, dtype)
 
 
+@OVERLOADS.implements("sum.IntList_out")
 def sum_out(x, dim=None, keepdim=False, *, dtype=None, out):
     return _sum(x, dim, keepdim, dtype, out)
 
 
 # ---------------------------------------------------------------------------------------------
 # The generic reduction kernel ("reduce": sum, prod, mean, max, min, argmax, argmin, var, std,
-# all, any, norm, logsumexp over a set of dims) and the scan kernel ("scan": cumsum, cumprod).
+# all, any, norm, logsumexp over a set of dims); the scan kernel ("scan") is ops/scan.py's.
 
 _META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
                torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
@@ -221,10 +226,12 @@ def _mean(x, dim, keepdim, dtype, out=None):
     return out
 
 
+@OVERLOADS.implements("mean.dim")
 def mean_dim(x, dim=None, keepdim=False, *, dtype=None):
     return _mean(x, dim, keepdim, dtype)
 
 
+@OVERLOADS.implements("mean.out")
 def mean_out(x, dim=None, keepdim=False, *, dtype=None, out):
     return _mean(x, dim, keepdim, dtype, out)
 
@@ -248,18 +255,22 @@ def _prod(x, dims_arg, keepdim, dtype, out=None):
     return out
 
 
+@OVERLOADS.implements("prod")
 def prod(x, *, dtype=None):
     return _prod(x, None, False, dtype)
 
 
+@OVERLOADS.implements("prod.out")
 def prod_out(x, *, dtype=None, out):
     return _prod(x, None, False, dtype, out)
 
 
+@OVERLOADS.implements("prod.dim_int")
 def prod_dim_int(x, dim, keepdim=False, *, dtype=None):
     return _prod(x, [dim], keepdim, dtype)
 
 
+@OVERLOADS.implements("prod.int_out")
 def prod_int_out(x, dim, keepdim=False, *, dtype=None, out):
     return _prod(x, [dim], keepdim, dtype, out)
 
@@ -281,18 +292,22 @@ def _amax_amin(op, x, dim, keepdim, out=None):
     return out
 
 
+@OVERLOADS.implements("amax")
 def amax(x, dim=(), keepdim=False):
     return _amax_amin("max", x, dim, keepdim)
 
 
+@OVERLOADS.implements("amax.out")
 def amax_out(x, dim=(), keepdim=False, *, out):
     return _amax_amin("max", x, dim, keepdim, out)
 
 
+@OVERLOADS.implements("amin")
 def amin(x, dim=(), keepdim=False):
     return _amax_amin("min", x, dim, keepdim)
 
 
+@OVERLOADS.implements("amin.out")
 def amin_out(x, dim=(), keepdim=False, *, out):
     return _amax_amin("min", x, dim, keepdim, out)
 
@@ -314,18 +329,22 @@ def _max_min_all(op, x, out=None):
     return out
 
 
+@OVERLOADS.implements("max")
 def max_all(x):
     return _max_min_all("max", x)
 
 
+@OVERLOADS.implements("max.unary_out")
 def max_unary_out(x, *, out):
     return _max_min_all("max", x, out)
 
 
+@OVERLOADS.implements("min")
 def min_all(x):
     return _max_min_all("min", x)
 
 
+@OVERLOADS.implements("min.unary_out")
 def min_unary_out(x, *, out):
     return _max_min_all("min", x, out)
 
@@ -349,18 +368,22 @@ def _max_min_dim(op, x, dim, keepdim, values=None, indices=None):
     return values, indices
 
 
+@OVERLOADS.implements("max.dim")
 def max_dim(x, dim, keepdim=False):
     return _max_min_dim("max", x, dim, keepdim)
 
 
+@OVERLOADS.implements("max.dim_max")
 def max_dim_max(x, dim, keepdim=False, *, max, max_values):
     return _max_min_dim("max", x, dim, keepdim, max, max_values)
 
 
+@OVERLOADS.implements("min.dim")
 def min_dim(x, dim, keepdim=False):
     return _max_min_dim("min", x, dim, keepdim)
 
 
+@OVERLOADS.implements("min.dim_min")
 def min_dim_min(x, dim, keepdim=False, *, min, min_indices):
     return _max_min_dim("min", x, dim, keepdim, min, min_indices)
 
@@ -388,18 +411,22 @@ def _arg(op, x, dim, keepdim, out=None):
     return out
 
 
+@OVERLOADS.implements("argmax")
 def argmax(x, dim=None, keepdim=False):
     return _arg("argmax", x, dim, keepdim)
 
 
+@OVERLOADS.implements("argmax.out")
 def argmax_out(x, dim=None, keepdim=False, *, out):
     return _arg("argmax", x, dim, keepdim, out)
 
 
+@OVERLOADS.implements("argmin")
 def argmin(x, dim=None, keepdim=False):
     return _arg("argmin", x, dim, keepdim)
 
 
+@OVERLOADS.implements("argmin.out")
 def argmin_out(x, dim=None, keepdim=False, *, out):
     return _arg("argmin", x, dim, keepdim, out)
 
@@ -437,34 +464,42 @@ def _var_std(op, x, dim, correction, keepdim, out=None, mean_out=None, with_mean
     return (out, mean_out) if with_mean else out
 
 
+@OVERLOADS.implements("var.correction")
 def var_correction(x, dim=None, *, correction=None, keepdim=False):
     return _var_std("var", x, dim, correction, keepdim)
 
 
+@OVERLOADS.implements("var.correction_out")
 def var_correction_out(x, dim=None, *, correction=None, keepdim=False, out):
     return _var_std("var", x, dim, correction, keepdim, out)
 
 
+@OVERLOADS.implements("std.correction")
 def std_correction(x, dim=None, *, correction=None, keepdim=False):
     return _var_std("std", x, dim, correction, keepdim)
 
 
+@OVERLOADS.implements("std.correction_out")
 def std_correction_out(x, dim=None, *, correction=None, keepdim=False, out):
     return _var_std("std", x, dim, correction, keepdim, out)
 
 
+@OVERLOADS.implements("var_mean.correction")
 def var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
     return _var_std("var", x, dim, correction, keepdim, with_mean=True)
 
 
+@OVERLOADS.implements("var_mean.correction_out")
 def var_mean_correction_out(x, dim=None, *, correction=None, keepdim=False, out0, out1):
     return _var_std("var", x, dim, correction, keepdim, out0, out1, with_mean=True)
 
 
+@OVERLOADS.implements("std_mean.correction")
 def std_mean_correction(x, dim=None, *, correction=None, keepdim=False):
     return _var_std("std", x, dim, correction, keepdim, with_mean=True)
 
 
+@OVERLOADS.implements("std_mean.correction_out")
 def std_mean_correction_out(x, dim=None, *, correction=None, keepdim=False, out0, out1):
     return _var_std("std", x, dim, correction, keepdim, out0, out1, with_mean=True)
 
@@ -515,10 +550,12 @@ def _vector_norm(x, ord, dim, keepdim, dtype, out=None, api="linalg.vector_norm"
     return out
 
 
+@OVERLOADS.implements("linalg_vector_norm")
 def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
     return _vector_norm(x, ord, dim, keepdim, dtype)
 
 
+@OVERLOADS.implements("linalg_vector_norm.out")
 def linalg_vector_norm_out(x, ord=2, dim=None, keepdim=False, *, dtype=None, out):
     return _vector_norm(x, ord, dim, keepdim, dtype, out)
 
@@ -527,18 +564,22 @@ def _norm_p(p):
     return 2 if p is None else p
 
 
+@OVERLOADS.implements("norm.ScalarOpt_dim")
 def norm_scalaropt_dim(x, p, dim, keepdim=False):
     return _vector_norm(x, _norm_p(p), dim, keepdim, None, api="norm")
 
 
+@OVERLOADS.implements("norm.ScalarOpt_dim_dtype")
 def norm_scalaropt_dim_dtype(x, p, dim, keepdim, *, dtype):
     return _vector_norm(x, _norm_p(p), dim, keepdim, dtype, api="norm")
 
 
+@OVERLOADS.implements("norm.out")
 def norm_out(x, p, dim, keepdim=False, *, out):
     return _vector_norm(x, _norm_p(p), dim, keepdim, None, out, api="norm")
 
 
+@OVERLOADS.implements("norm.dtype_out")
 def norm_dtype_out(x, p, dim, keepdim, *, dtype, out):
     return _vector_norm(x, _norm_p(p), dim, keepdim, dtype, out, api="norm")
 
@@ -585,7 +626,23 @@ def _all_any_kernels(op: str):
 
 
 all_all, all_all_out, all_dim, all_out, all_dims, all_dims_out = _all_any_kernels("all")
+OVERLOADS.update({
+    "all": all_all,
+    "all.all_out": all_all_out,
+    "all.dim": all_dim,
+    "all.out": all_out,
+    "all.dims": all_dims,
+    "all.dims_out": all_dims_out,
+})
 any_all, any_all_out, any_dim, any_out, any_dims, any_dims_out = _all_any_kernels("any")
+OVERLOADS.update({
+    "any": any_all,
+    "any.all_out": any_all_out,
+    "any.dim": any_dim,
+    "any.out": any_out,
+    "any.dims": any_dims,
+    "any.dims_out": any_dims_out,
+})
 
 
 # ------------------------------------------------------------------------------------ logsumexp
@@ -616,69 +673,11 @@ def _logsumexp(x, dim, keepdim, out=None):
     return out
 
 
+@OVERLOADS.implements("logsumexp")
 def logsumexp(x, dim, keepdim=False):
     return _logsumexp(x, dim, keepdim)
 
 
+@OVERLOADS.implements("logsumexp.out")
 def logsumexp_out(x, dim, keepdim=False, *, out):
     return _logsumexp(x, dim, keepdim, out)
-
-
-# --------------------------------------------------------------------------- cumsum / cumprod
-def _scan(op, x, dim, dtype, out=None, inplace=False):
-    name = f"aten::cum{op}"
-    common_device(name, x)
-    _check_supported(name, x.dtype)
-    if inplace:
-        if dtype is not None and dtype != x.dtype:
-            raise RuntimeError(f"Bad in-place call: input tensor dtype {_META_NAMES.get(x.dtype, x.dtype)} and "
-                               f"output tensor dtype {_META_NAMES.get(dtype, dtype)} should match")
-        dtype = x.dtype
-        out = x
-    elif out is not None:
-        if dtype is not None:
-            _check_out_dtype(out, dtype)
-        dtype = out.dtype
-    elif dtype is None:
-        dtype = _integral_promoted(x.dtype)
-    _check_supported(name, dtype)
-    if dtype == torch.bool:
-        raise NotImplementedError(f"\"cum{op}_out_cpu\" not implemented for 'Bool'")
-    d = _wrap_dim(dim, x.dim())
-    if inplace:
-        check_overlap(f"{name}_", x, x)
-    else:
-        out = _output(name, x, x.shape, dtype, out)
-    if out.numel() == 0:
-        return out
-    if x.dim() == 0:
-        shape, x_strides, out_strides = (1,), (0,), (0,)
-    else:
-        shape, x_strides, out_strides = tuple(x.shape), tuple(x.stride()), tuple(out.stride())
-    rt().launch("scan", (op, device_ref(out, shape, out_strides), device_ref(x, shape, x_strides), d,
-                         TO_CODE[dtype]), current_stream(x.get_device()))
-    return out
-
-
-def cumsum(x, dim, *, dtype=None):
-    return _scan("sum", x, dim, dtype)
-
-
-def cumsum_out(x, dim, *, dtype=None, out):
-    return _scan("sum", x, dim, dtype, out)
-
-
-def cumsum_(x, dim, *, dtype=None):
-    return _scan("sum", x, dim, dtype, inplace=True)
-
-
-def cumprod(x, dim, *, dtype=None):
-    return _scan("prod", x, dim, dtype)
-
-
-def cumprod_out(x, dim, *, dtype=None, out):
-    return _scan("prod", x, dim, dtype, out)
-
-
-def cumprod_(x, dim, *, dtype=None):
-    return _scan("prod", x, dim, dtype, inplace=True)

@@ -313,69 +313,12 @@ def _native(name: str, fn):
 
 
 def native_kernels() -> dict:
-    from torch_plugin.ops import copy, elementwise, factories, linalg, loss, pointwise, random, reduction
+    """{aten overload: kernel} for every native kernel: the op modules' OVERLOADS tables (ops/_overloads.py),
+    and, while their modules move to such tables, the entries listed here."""
     from torch_plugin.ops import conv
-    from torch_plugin.ops import normalization
     from torch_plugin.ops import indexing
     from torch_plugin.ops import selection
-    from torch_plugin.ops import lapack
-    from torch_plugin.ops import fft
-    from torch_plugin.ops import rnn
-    from torch_plugin.ops import amp, foreach
-    from torch_plugin.ops import attention
-    from torch_plugin.ops import quantized
     kernels = {
-        # The pointwise op table (ops/pointwise.py) generates its rows' registrations; the
-        # hand-written kernels listed after it win where both name an overload.
-        **pointwise.registrations(),
-        "_copy_from": copy.copy_from,
-        "_local_scalar_dense": copy.local_scalar_dense,
-        "add.Tensor": elementwise.add,
-        "add_.Tensor": elementwise.add_,
-        "add.out": elementwise.add_out,
-        "sub.Tensor": elementwise.sub,
-        "sub_.Tensor": elementwise.sub_,
-        "sub.out": elementwise.sub_out,
-        "div.Tensor": elementwise.div,
-        "div_.Tensor": elementwise.div_,
-        "div.out": elementwise.div_out,
-        "mul.Tensor": elementwise.mul,
-        "mul_.Tensor": elementwise.mul_,
-        "mul.out": elementwise.mul_out,
-        "relu": elementwise.relu,
-        "relu_": elementwise.relu_,
-        "threshold_backward": elementwise.threshold_backward,
-        "threshold_backward.grad_input": elementwise.threshold_backward_out,
-        "sum.dim_IntList": reduction.sum_dim,
-        "sum.IntList_out": reduction.sum_out,
-        "_log_softmax": loss.log_softmax,
-        "_log_softmax.out": loss.log_softmax_out,
-        "_log_softmax_backward_data": loss.log_softmax_backward_data,
-        "_log_softmax_backward_data.out": loss.log_softmax_backward_data_out,
-        "nll_loss_forward": loss.nll_loss_forward,
-        "nll_loss_forward.output": loss.nll_loss_forward_output,
-        "nll_loss_backward": loss.nll_loss_backward,
-        "nll_loss_backward.grad_input": loss.nll_loss_backward_grad_input,
-        "mm": linalg.mm,
-        "mm.out": linalg.mm_out,
-        "addmm": linalg.addmm,
-        "addmm.out": linalg.addmm_out,
-        "fill_.Scalar": factories.fill_scalar,
-        "fill_.Tensor": factories.fill_tensor,
-        "zero_": factories.zero_,
-        "_efficientzerotensor": factories.efficient_zero_tensor,
-        "arange.start_out": factories.arange_out,
-        "linspace.out": factories.linspace_out,
-        "eye.out": factories.eye_out,
-        "eye.m_out": factories.eye_m_out,
-        "uniform_": random.uniform_,
-        "normal_": random.normal_,
-        "random_.from": random.random_from,
-        "random_.to": random.random_to,
-        "random_": random.random_,
-        "bernoulli_.float": random.bernoulli_float,
-        "bernoulli_.Tensor": random.bernoulli_tensor,
-        "bernoulli": random.bernoulli,
         # -- convolution, pooling, upsampling (ops/conv.py)
         "convolution_overrideable": conv.convolution_overrideable,
         "convolution_backward_overrideable": conv.convolution_backward_overrideable,
@@ -398,27 +341,6 @@ def native_kernels() -> dict:
         "upsample_bilinear2d.out": conv.upsample_bilinear2d_out,
         "upsample_bilinear2d_backward": conv.upsample_bilinear2d_backward,
         "upsample_bilinear2d_backward.grad_input": conv.upsample_bilinear2d_backward_grad_input,
-        # -- normalization (ops/normalization.py)
-        "_softmax": normalization.softmax,
-        "_softmax.out": normalization.softmax_out,
-        "_safe_softmax": normalization.safe_softmax,
-        "_softmax_backward_data": normalization.softmax_backward_data,
-        "_softmax_backward_data.out": normalization.softmax_backward_data_out,
-        "native_layer_norm": normalization.native_layer_norm,
-        "native_layer_norm_backward": normalization.native_layer_norm_backward,
-        "native_group_norm": normalization.native_group_norm,
-        "native_group_norm_backward": normalization.native_group_norm_backward,
-        "native_batch_norm": normalization.native_batch_norm,
-        "native_batch_norm.out": normalization.native_batch_norm_out,
-        "native_batch_norm_backward": normalization.native_batch_norm_backward,
-        "_native_batch_norm_legit": normalization.batch_norm_legit,
-        "_native_batch_norm_legit.out": normalization.batch_norm_legit_out,
-        "_native_batch_norm_legit.no_stats": normalization.batch_norm_legit_no_stats,
-        "_native_batch_norm_legit.no_stats_out": normalization.batch_norm_legit_no_stats_out,
-        "_batch_norm_with_update": normalization.batch_norm_with_update,
-        "batch_norm_backward": normalization.batch_norm_backward,
-        "_fused_rms_norm": normalization.fused_rms_norm,
-        "_fused_rms_norm_backward": normalization.fused_rms_norm_backward,
         # -- indexing and data movement (ops/indexing.py)
         "cat": indexing.cat,
         "cat.out": indexing.cat_out,
@@ -493,159 +415,6 @@ def native_kernels() -> dict:
         "sort.values_stable": indexing.sort_values_stable,
         "topk": indexing.topk,
         "topk.values": indexing.topk_values,
-        # -- reductions (ops/reduction.py)
-        "mean.dim": reduction.mean_dim,
-        "mean.out": reduction.mean_out,
-        "prod": reduction.prod,
-        "prod.out": reduction.prod_out,
-        "prod.dim_int": reduction.prod_dim_int,
-        "prod.int_out": reduction.prod_int_out,
-        "amax": reduction.amax,
-        "amax.out": reduction.amax_out,
-        "amin": reduction.amin,
-        "amin.out": reduction.amin_out,
-        "max": reduction.max_all,
-        "max.unary_out": reduction.max_unary_out,
-        "max.dim": reduction.max_dim,
-        "max.dim_max": reduction.max_dim_max,
-        "min": reduction.min_all,
-        "min.unary_out": reduction.min_unary_out,
-        "min.dim": reduction.min_dim,
-        "min.dim_min": reduction.min_dim_min,
-        "argmax": reduction.argmax,
-        "argmax.out": reduction.argmax_out,
-        "argmin": reduction.argmin,
-        "argmin.out": reduction.argmin_out,
-        "var.correction": reduction.var_correction,
-        "var.correction_out": reduction.var_correction_out,
-        "std.correction": reduction.std_correction,
-        "std.correction_out": reduction.std_correction_out,
-        "var_mean.correction": reduction.var_mean_correction,
-        "var_mean.correction_out": reduction.var_mean_correction_out,
-        "std_mean.correction": reduction.std_mean_correction,
-        "std_mean.correction_out": reduction.std_mean_correction_out,
-        "linalg_vector_norm": reduction.linalg_vector_norm,
-        "linalg_vector_norm.out": reduction.linalg_vector_norm_out,
-        "norm.ScalarOpt_dim": reduction.norm_scalaropt_dim,
-        "norm.ScalarOpt_dim_dtype": reduction.norm_scalaropt_dim_dtype,
-        "norm.out": reduction.norm_out,
-        "norm.dtype_out": reduction.norm_dtype_out,
-        "all": reduction.all_all,
-        "all.all_out": reduction.all_all_out,
-        "all.dim": reduction.all_dim,
-        "all.out": reduction.all_out,
-        "all.dims": reduction.all_dims,
-        "all.dims_out": reduction.all_dims_out,
-        "any": reduction.any_all,
-        "any.all_out": reduction.any_all_out,
-        "any.dim": reduction.any_dim,
-        "any.out": reduction.any_out,
-        "any.dims": reduction.any_dims,
-        "any.dims_out": reduction.any_dims_out,
-        "logsumexp": reduction.logsumexp,
-        "logsumexp.out": reduction.logsumexp_out,
-        "cumsum": reduction.cumsum,
-        "cumsum.out": reduction.cumsum_out,
-        "cumsum_": reduction.cumsum_,
-        "cumprod": reduction.cumprod,
-        "cumprod.out": reduction.cumprod_out,
-        "cumprod_": reduction.cumprod_,
-        # -- matrix engine (ops/linalg.py)
-        "addmm_": linalg.addmm_,
-        "bmm": linalg.bmm,
-        "bmm.out": linalg.bmm_out,
-        "baddbmm": linalg.baddbmm,
-        "baddbmm.out": linalg.baddbmm_out,
-        "baddbmm_": linalg.baddbmm_,
-        "addbmm": linalg.addbmm,
-        "addbmm.out": linalg.addbmm_out,
-        "addbmm_": linalg.addbmm_,
-        "mv": linalg.mv,
-        "mv.out": linalg.mv_out,
-        "addmv": linalg.addmv,
-        "addmv.out": linalg.addmv_out,
-        "addmv_": linalg.addmv_,
-        "dot": linalg.dot,
-        "dot.out": linalg.dot_out,
-        "vdot": linalg.vdot,
-        "vdot.out": linalg.vdot_out,
-        "addr": linalg.addr,
-        "addr.out": linalg.addr_out,
-        "addr_": linalg.addr_,
-        # -- FFT (ops/fft.py)
-        "_fft_c2c": fft.fft_c2c,
-        "_fft_c2c.out": fft.fft_c2c_out,
-        "_fft_r2c": fft.fft_r2c,
-        "_fft_r2c.out": fft.fft_r2c_out,
-        "_fft_c2r": fft.fft_c2r,
-        "_fft_c2r.out": fft.fft_c2r_out,
-        "complex": fft.complex,
-        "complex.out": fft.complex_out,
-        "polar": fft.polar,
-        "polar.out": fft.polar_out,
-        "_conj_physical": fft.conj_physical,
-        "conj_physical.out": fft.conj_physical_out,
-        "conj_physical_": fft.conj_physical_,
-        # mul again (listed with elementwise.py's above; these entries win): complex results run on
-        # fft.py's complex kernel, every other case goes to elementwise.mul unchanged.
-        "mul.Tensor": fft.mul,
-        "mul_.Tensor": fft.mul_,
-        "mul.out": fft.mul_out,
-        # abs likewise (a pointwise-table row): complex inputs are a composite in fft.py.
-        "abs": fft.abs,
-        "abs.out": fft.abs_out,
-        # -- LAPACK linear algebra (ops/lapack.py)
-        "_linalg_svd": lapack._linalg_svd,
-        "_linalg_svd.U": lapack._linalg_svd_out,
-        "_linalg_eigh": lapack._linalg_eigh,
-        "_linalg_eigh.eigenvalues": lapack._linalg_eigh_out,
-        "linalg_inv_ex": lapack.linalg_inv_ex,
-        "linalg_inv_ex.inverse": lapack.linalg_inv_ex_out,
-        "linalg_qr": lapack.linalg_qr,
-        "linalg_qr.out": lapack.linalg_qr_out,
-        "linalg_lu_factor_ex": lapack.linalg_lu_factor_ex,
-        "linalg_lu_factor_ex.out": lapack.linalg_lu_factor_ex_out,
-        "linalg_lu": lapack.linalg_lu,
-        "linalg_lu.out": lapack.linalg_lu_out,
-        "linalg_lu_solve": lapack.linalg_lu_solve,
-        "linalg_lu_solve.out": lapack.linalg_lu_solve_out,
-        "lu_unpack": lapack.lu_unpack,
-        "lu_unpack.out": lapack.lu_unpack_out,
-        "_linalg_solve_ex": lapack._linalg_solve_ex,
-        "_linalg_solve_ex.result": lapack._linalg_solve_ex_out,
-        "linalg_cholesky_ex": lapack.linalg_cholesky_ex,
-        "linalg_cholesky_ex.L": lapack.linalg_cholesky_ex_out,
-        "cholesky": lapack.cholesky,
-        "cholesky.out": lapack.cholesky_out,
-        "cholesky_inverse": lapack.cholesky_inverse,
-        "cholesky_inverse.out": lapack.cholesky_inverse_out,
-        "_cholesky_solve_helper": lapack._cholesky_solve_helper,
-        "linalg_ldl_factor_ex": lapack.linalg_ldl_factor_ex,
-        "linalg_ldl_factor_ex.out": lapack.linalg_ldl_factor_ex_out,
-        "linalg_ldl_solve": lapack.linalg_ldl_solve,
-        "linalg_ldl_solve.out": lapack.linalg_ldl_solve_out,
-        "linalg_lstsq.out": lapack.linalg_lstsq_out,
-        "_linalg_slogdet": lapack._linalg_slogdet,
-        "_linalg_slogdet.sign": lapack._linalg_slogdet_out,
-        "_linalg_det": lapack._linalg_det,
-        "_linalg_det.result": lapack._linalg_det_out,
-        "linalg_eig": lapack.linalg_eig,
-        "linalg_eig.out": lapack.linalg_eig_out,
-        "_linalg_eigvals": lapack._linalg_eigvals,
-        "linalg_householder_product": lapack.linalg_householder_product,
-        "linalg_householder_product.out": lapack.linalg_householder_product_out,
-        "geqrf": lapack.geqrf,
-        "geqrf.a": lapack.geqrf_out,
-        "ormqr": lapack.ormqr,
-        "ormqr.out": lapack.ormqr_out,
-        "linalg_solve_triangular": lapack.linalg_solve_triangular,
-        "linalg_solve_triangular.out": lapack.linalg_solve_triangular_out,
-        "triangular_solve": lapack.triangular_solve,
-        "triangular_solve.X": lapack.triangular_solve_out,
-        "linalg_cross": lapack.linalg_cross,
-        "linalg_cross.out": lapack.linalg_cross_out,
-        "trace": lapack.trace,
-        "linalg_matrix_exp": lapack.linalg_matrix_exp,
         # -- selection, scans, searching, histograms (ops/selection.py)
         "median": selection.median,
         "median.dim": selection.median_dim,
@@ -685,22 +454,6 @@ def native_kernels() -> dict:
         "_histogramdd_from_bin_tensors": selection.histogramdd_from_bin_tensors,
         "segment_reduce": selection.segment_reduce,
         "_segment_reduce_backward": selection.segment_reduce_backward,
-        # -- random sampling and dropout (ops/random.py)
-        "exponential_": random.exponential_,
-        "cauchy_": random.cauchy_,
-        "log_normal_": random.log_normal_,
-        "geometric_": random.geometric_,
-        "normal.Tensor_Tensor": random.normal_tensor_tensor,
-        "normal.Tensor_float": random.normal_tensor_float,
-        "normal.float_Tensor": random.normal_float_tensor,
-        "normal.Tensor_Tensor_out": random.normal_tensor_tensor_out,
-        "normal.Tensor_float_out": random.normal_tensor_float_out,
-        "normal.float_Tensor_out": random.normal_float_tensor_out,
-        "multinomial": random.multinomial,
-        "multinomial.out": random.multinomial_out,
-        "native_dropout": random.native_dropout,
-        "native_dropout_backward": random.native_dropout_backward,
-        "logspace.out": random.logspace_out,
         # -- indexing extras (ops/indexing.py, second block)
         "index_reduce": indexing.index_reduce,
         "index_reduce_": indexing.index_reduce_,
@@ -726,16 +479,6 @@ def native_kernels() -> dict:
         # -- pooling and sampling extras (ops/conv.py, second block)
         "_embedding_bag": conv.embedding_bag_forward_only,
         "_embedding_bag_forward_only": conv.embedding_bag_forward_only,
-        "_ctc_loss": loss.ctc_loss,
-        "_ctc_loss.Tensor": loss.ctc_loss_tensor,
-        "multi_margin_loss": loss.multi_margin_loss,
-        "multi_margin_loss.out": loss.multi_margin_loss_out,
-        "multi_margin_loss_backward": loss.multi_margin_loss_backward,
-        "multi_margin_loss_backward.grad_input": loss.multi_margin_loss_backward_grad_input,
-        "multilabel_margin_loss_forward": loss.multilabel_margin_loss_forward,
-        "multilabel_margin_loss_forward.output": loss.multilabel_margin_loss_forward_output,
-        "multilabel_margin_loss_backward": loss.multilabel_margin_loss_backward,
-        "multilabel_margin_loss_backward.grad_input": loss.multilabel_margin_loss_backward_grad_input,
         "fractional_max_pool2d": conv.fractional_max_pool2d,
         "fractional_max_pool2d.output": conv.fractional_max_pool2d_out,
         "fractional_max_pool2d_backward": conv.fractional_max_pool2d_backward,
@@ -818,52 +561,6 @@ def native_kernels() -> dict:
         "_upsample_bicubic2d_aa.out": conv.upsample_bicubic2d_aa,
         "_upsample_bicubic2d_aa_backward": conv.upsample_bicubic2d_aa_backward,
         "_upsample_bicubic2d_aa_backward.grad_input": conv.upsample_bicubic2d_aa_backward,
-        # -- RNN cells (ops/rnn.py)
-        "_thnn_fused_lstm_cell": rnn.fused_lstm_cell,
-        "_thnn_fused_lstm_cell_backward_impl": rnn.fused_lstm_cell_backward_impl,
-        "_thnn_fused_gru_cell": rnn.fused_gru_cell,
-        "_thnn_fused_gru_cell_backward": rnn.fused_gru_cell_backward,
-        # -- attention fast paths of nn.MultiheadAttention / nn.TransformerEncoderLayer (ops/attention.py)
-        "_transform_bias_rescale_qkv": attention.transform_bias_rescale_qkv,
-        "_masked_softmax": attention.masked_softmax,
-        "_masked_softmax_backward": attention.masked_softmax_backward,
-        "_native_multi_head_attention": attention.native_multi_head_attention,
-        "_transformer_encoder_layer_fwd": attention.transformer_encoder_layer_fwd,
-        "_nested_tensor_from_mask_left_aligned": attention.nested_tensor_from_mask_left_aligned,
-        "_nested_tensor_from_mask": attention.nested_tensor_from_mask,
-        # -- F.scaled_dot_product_attention's fused path (ops/attention.py, attention.pyx)
-        "_fused_sdp_choice": attention.fused_sdp_choice,
-        "_scaled_dot_product_fused_attention_overrideable": attention.scaled_dot_product_fused_attention_overrideable,
-        "_scaled_dot_product_fused_attention_overrideable_backward":
-            attention.scaled_dot_product_fused_attention_overrideable_backward,
-        # -- foreach, fused optimizers, AMP (ops/foreach.py, ops/amp.py)
-        **foreach.kernels(),  # the _foreach_* table and _fused_adam_/_fused_adamw_/_fused_sgd_
-        "_amp_foreach_non_finite_check_and_unscale_": amp.amp_foreach_non_finite_check_and_unscale_,
-        "_amp_update_scale_": amp.amp_update_scale_,
-        # -- losses (ops/loss.py)
-        "nll_loss2d_forward": loss.nll_loss2d_forward,
-        "nll_loss2d_forward.output": loss.nll_loss2d_forward_output,
-        "nll_loss2d_backward": loss.nll_loss2d_backward,
-        "nll_loss2d_backward.grad_input": loss.nll_loss2d_backward_grad_input,
-        "mse_loss": loss.mse_loss,
-        "mse_loss.out": loss.mse_loss_out,
-        "mse_loss_backward": loss.mse_loss_backward,
-        "mse_loss_backward.grad_input": loss.mse_loss_backward_grad_input,
-        "smooth_l1_loss": loss.smooth_l1_loss,
-        "smooth_l1_loss.out": loss.smooth_l1_loss_out,
-        "smooth_l1_loss_backward": loss.smooth_l1_loss_backward,
-        "smooth_l1_loss_backward.grad_input": loss.smooth_l1_loss_backward_grad_input,
-        "huber_loss": loss.huber_loss,
-        "huber_loss.out": loss.huber_loss_out,
-        "huber_loss_backward": loss.huber_loss_backward,
-        "huber_loss_backward.out": loss.huber_loss_backward_out,
-        "binary_cross_entropy": loss.binary_cross_entropy,
-        "binary_cross_entropy.out": loss.binary_cross_entropy_out,
-        "binary_cross_entropy_backward": loss.binary_cross_entropy_backward,
-        "binary_cross_entropy_backward.grad_input": loss.binary_cross_entropy_backward_grad_input,
-        "binary_cross_entropy_with_logits": loss.binary_cross_entropy_with_logits,
-        # -- quantized and low-precision GEMMs; PyTorch's quantized tensors refused (ops/quantized.py)
-        **quantized.kernels(),
     }
     return _merge_module_tables(kernels)
 
@@ -880,20 +577,16 @@ def op_modules() -> list:
 
 
 def _merge_module_tables(listed: dict) -> dict:
-    """The pointwise table's generated rows, then the OVERLOADS tables the op modules keep beside their
-    kernels (ops/_overloads.py), which win over a generated row naming the same overload. An overload
-    both in a module table and in the list above is an error: it has one home."""
+    """The generated rows (the pointwise table's), then ``listed``, then the OVERLOADS tables the op
+    modules keep beside their kernels (ops/_overloads.py): a hand-written kernel wins over a generated
+    row naming the same overload. An overload both in a module table and in ``listed`` is an error:
+    it has one home."""
     from torch_plugin.ops import _overloads
-    declared = _overloads.collect(op_modules())
-    twice = sorted(set(declared) & set(listed) - set(_generated_rows()))
+    generated, declared = _overloads.tables(op_modules())
+    twice = sorted(set(declared) & set(listed))
     if twice:
         raise ValueError(f"overloads both in a module's OVERLOADS table and in registry.native_kernels(): {twice}")
-    return {**listed, **declared}
-
-
-def _generated_rows() -> dict:
-    from torch_plugin.ops import pointwise
-    return pointwise.registrations()
+    return {**generated, **listed, **declared}
 
 
 def register_all() -> None:

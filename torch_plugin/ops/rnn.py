@@ -28,6 +28,9 @@ import torch
 from torch_plugin._dtypes import FLOATING, SUPPORTED
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import common_device, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
+
+OVERLOADS = Overloads(__name__)
 
 _CUDA_NAME = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16"}
 
@@ -108,6 +111,7 @@ def _empty(shape, dtype, device: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # LSTM
 
+@OVERLOADS.implements("_thnn_fused_lstm_cell")
 def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
     op = "_thnn_fused_lstm_cell"
     device = common_device(f"aten::{op}", input_gates, hidden_gates, cx, input_bias, hidden_bias)
@@ -123,6 +127,7 @@ def fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=
     return hy, cy, workspace
 
 
+@OVERLOADS.implements("_thnn_fused_lstm_cell_backward_impl")
 def fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
     op = "fused_lstm_cell_backward"
     if grad_hy is None and grad_cy is None:
@@ -155,6 +160,7 @@ def fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias)
 _GRU_WORKSPACE_MULTIPLIER = 5
 
 
+@OVERLOADS.implements("_thnn_fused_gru_cell")
 def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
     op = "_thnn_fused_gru_cell"
     device = common_device(f"aten::{op}", input_gates, hidden_gates, hx, input_bias, hidden_bias)
@@ -169,6 +175,7 @@ def fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=N
     return hy, workspace
 
 
+@OVERLOADS.implements("_thnn_fused_gru_cell_backward")
 def fused_gru_cell_backward(grad_hy, workspace, has_bias):
     op = "fused_gru_cell_backward"
     device = common_device(f"aten::_thnn_{op}", grad_hy, workspace)

@@ -1,0 +1,81 @@
+"""Scans lowered to the vector engine: cumsum and cumprod (functional, .out and in-place), one launch
+each of the kernel library's "scan" kernel (emulator/kernels/reduction.pyx). Result dtypes, out= rules
+and errors are CPU's (the reductions' rules, ops/reduction.py: integer and bool inputs give int64
+unless ``dtype=`` or an ``out=`` says otherwise); accumulation in CPU's acc_type (float64 for float32).
+"""
+from __future__ import annotations
+
+import torch
+
+from torch_plugin._dtypes import TO_CODE
+from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, rt
+from torch_plugin.ops._overloads import Overloads
+from torch_plugin.ops.reduction import (_META_NAMES, _check_out_dtype, _check_supported, _integral_promoted, _output,
+                                        _wrap_dim)
+
+OVERLOADS = Overloads(__name__)
+
+
+def _scan(op, x, dim, dtype, out=None, inplace=False):
+    name = f"aten::cum{op}"
+    common_device(name, x)
+    _check_supported(name, x.dtype)
+    if inplace:
+        if dtype is not None and dtype != x.dtype:
+            raise RuntimeError(f"Bad in-place call: input tensor dtype {_META_NAMES.get(x.dtype, x.dtype)} and "
+                               f"output tensor dtype {_META_NAMES.get(dtype, dtype)} should match")
+        dtype = x.dtype
+        out = x
+    elif out is not None:
+        if dtype is not None:
+            _check_out_dtype(out, dtype)
+        dtype = out.dtype
+    elif dtype is None:
+        dtype = _integral_promoted(x.dtype)
+    _check_supported(name, dtype)
+    if dtype == torch.bool:
+        raise NotImplementedError(f"\"cum{op}_out_cpu\" not implemented for 'Bool'")
+    d = _wrap_dim(dim, x.dim())
+    if inplace:
+        check_overlap(f"{name}_", x, x)
+    else:
+        out = _output(name, x, x.shape, dtype, out)
+    if out.numel() == 0:
+        return out
+    if x.dim() == 0:
+        shape, x_strides, out_strides = (1,), (0,), (0,)
+    else:
+        shape, x_strides, out_strides = tuple(x.shape), tuple(x.stride()), tuple(out.stride())
+    rt().launch("scan", (op, device_ref(out, shape, out_strides), device_ref(x, shape, x_strides), d,
+                         TO_CODE[dtype]), current_stream(x.get_device()))
+    return out
+
+
+@OVERLOADS.implements("cumsum")
+def cumsum(x, dim, *, dtype=None):
+    return _scan("sum", x, dim, dtype)
+
+
+@OVERLOADS.implements("cumsum.out")
+def cumsum_out(x, dim, *, dtype=None, out):
+    return _scan("sum", x, dim, dtype, out)
+
+
+@OVERLOADS.implements("cumsum_")
+def cumsum_(x, dim, *, dtype=None):
+    return _scan("sum", x, dim, dtype, inplace=True)
+
+
+@OVERLOADS.implements("cumprod")
+def cumprod(x, dim, *, dtype=None):
+    return _scan("prod", x, dim, dtype)
+
+
+@OVERLOADS.implements("cumprod.out")
+def cumprod_out(x, dim, *, dtype=None, out):
+    return _scan("prod", x, dim, dtype, out)
+
+
+@OVERLOADS.implements("cumprod_")
+def cumprod_(x, dim, *, dtype=None):
+    return _scan("prod", x, dim, dtype, inplace=True)
