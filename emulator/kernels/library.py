@@ -1675,6 +1675,35 @@ def _fused_row_cost(reduction_cycles: float, reduction_flops: int, program_at: t
     return cost
 
 
+def _scratch(dtype: int, shape: tuple):
+    """A contiguous row block in on-chip scratch (host memory here, never HBM): (buffer, operand)."""
+    n = prod(shape)
+    buffer = array.array("d", bytes(8 * max(1, -(-n * dtypes.ITEMSIZE[dtype] // 8))))
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return buffer, Operand(buffer.buffer_info()[0], dtype, tuple(shape), tuple(reversed(strides)))
+
+
+def _fused_rms_norm(out: Operand, square_dtype: int, stat_dtype: int, square: str, epilogue: str,
+                    *inputs: Operand):
+    """RMS norm as the graph writes it, in one kernel: ``stat = mean(square(inputs))`` over out's
+    last dimension (keepdim), then ``out = epilogue(stat, inputs)`` (the statistic is the
+    epilogue's input 0, broadcast along the row; the inputs follow). The square program's result
+    lands in contiguous scratch rows, rounded per op as eager's chain stores it; the mean is the
+    reduction kernel eager's ``mean`` runs, on the same shape and strides (so the same summation
+    order), into a scratch statistic of eager's dtype. HBM sees the inputs read once and out
+    written once."""
+    keep, sq = _scratch(square_dtype, out.shape)
+    _fused_pointwise(sq, square, *inputs)
+    stat_shape = out.shape[:-1] + (1,)
+    keep_stat, stat = _scratch(stat_dtype, stat_shape)
+    _reduce("mean", stat, None, sq, 1 << (len(out.shape) - 1), stat_dtype, 0.0)
+    row = Operand(stat.addr, stat_dtype, out.shape, stat.strides[:-1] + (0,))
+    _fused_pointwise(out, epilogue, row, *inputs)
+
+
 def _fused_add_rms_norm(out: Operand, new_residual: Operand, x: Operand, residual: Operand, weight: Operand,
                         eps: float):
     rows = prod(x.shape[:-1])
@@ -2111,6 +2140,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("bmm_epilogue", "matrix", _bmm_epilogue, _bmm_epilogue_cost),
     Kernel("fused_softmax", "vector", _fused_softmax, _fused_row_cost(4.0, 4, (3, 5))),
     Kernel("fused_layer_norm", "vector", _fused_layer_norm, _fused_row_cost(4.0, 7, (7, 9))),
+    Kernel("fused_rms_norm", "vector", _fused_rms_norm, _fused_row_cost(1.0, 1, (3, 4))),
     # add + sum of squares + scale per element (the norm kernels' rate for the statistics pass)
     Kernel("fused_add_rms_norm", "vector", _fused_add_rms_norm, _row_kernel_cost(4.0, 5)),
     Kernel("row_normalize", "vector", _row_normalize, _row_kernel_cost(3.0, 3)),

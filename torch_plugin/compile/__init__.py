@@ -1,6 +1,7 @@
 """``torch.compile(model, backend="emu")``: dynamo + aot_autograd + the core-aten decompositions,
 each FX graph lowered to a device program (lowering.py: fused elementwise chains, matmul
-epilogues, planned buffers). docs/compile.md.
+epilogues, row reductions, planned buffers). SDPA calls are first rewritten to the op eager's SDPA
+calls on emu, the fused attention kernel (``_lower_attention``). docs/compile.md.
 
 Registered at ``import torch_plugin`` (the backend name "emu"); ``compile_stats()`` counts what
 compilation did. The default Inductor backend cannot generate code for emu: inductor.py makes
@@ -31,6 +32,43 @@ def lower(gm: torch.fx.GraphModule, example_inputs=None):
     return program
 
 
+_SDPA_TARGETS = None
+
+
+def _sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """F.scaled_dot_product_attention as eager runs it on emu: the fused attention kernel
+    (``_scaled_dot_product_fused_attention_overrideable``, whose backward is its own op) where the
+    device's ``_fused_sdp_choice`` takes it, else the math path (decomposed as before). aot's
+    functionalization would decompose SDPA (CompositeImplicitAutograd) and its fake tensors answer
+    the meta device's choice, the math path; eager's choice reads only metadata, so it is made here
+    on the traced tensors."""
+    from torch_plugin.ops.attention import _OVERRIDEABLE, fused_sdp_choice
+    if fused_sdp_choice(query, key, value, attn_mask, dropout_p, is_causal, scale=scale,
+                        enable_gqa=enable_gqa) == _OVERRIDEABLE:
+        if attn_mask is not None and attn_mask.dtype == torch.bool:   # as ATen's SDPA converts it
+            attn_mask = torch.where(attn_mask.logical_not(), float("-inf"),
+                                    torch.scalar_tensor(0.0, dtype=query.dtype, device=attn_mask.device))
+        return torch.ops.aten._scaled_dot_product_fused_attention_overrideable.default(
+            query, key, value, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
+    return torch._C._nn.scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                                     scale=scale, enable_gqa=enable_gqa)
+
+
+def _lower_attention(gm: torch.fx.GraphModule) -> None:
+    """Dynamo's SDPA calls -> ``_sdpa`` (in place)."""
+    global _SDPA_TARGETS
+    if _SDPA_TARGETS is None:
+        import torch.nn.functional as F
+        _SDPA_TARGETS = {torch._C._nn.scaled_dot_product_attention, F.scaled_dot_product_attention}
+    changed = False
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _SDPA_TARGETS:
+            node.target = _sdpa
+            changed = True
+    if changed:
+        gm.recompile()
+
+
 def _aot_backend():
     from torch._dynamo.backends.common import aot_autograd
     from torch._decomp import core_aten_decompositions
@@ -39,6 +77,7 @@ def _aot_backend():
 
 def emu_backend(gm: torch.fx.GraphModule, example_inputs):
     """The dynamo backend ``"emu"``."""
+    _lower_attention(gm)
     return _aot_backend()(gm, example_inputs)
 
 

@@ -11,7 +11,9 @@ Steps:
                 (bias, activation, residual): ONE ``matmul_epilogue`` launch;
   ``epilogue``  also bmm with such a consumer: ONE ``bmm_epilogue`` launch;
   ``row``       softmax / layer norm with its producer chain and/or consumer chain: ONE
-                ``fused_softmax`` / ``fused_layer_norm`` launch (``_row_fusion_of``);
+                ``fused_softmax`` / ``fused_layer_norm`` launch (``_row_fusion_of``); RMS norm
+                (a last-dimension mean between two chains): ONE ``fused_rms_norm`` launch
+                (``_rms_fusion_of``);
   ``aten``      any other op, through the dispatcher (its native kernels, or its path as eager).
 
 A producer with several users is recomputed inside each of them when fusion.recompute_pays says
@@ -32,6 +34,7 @@ from torch.fx import GraphModule, Node
 from torch_plugin.compile import fusion, replay, stats
 from torch_plugin.compile.fusion import value_of
 from torch_plugin.ops import registry
+from torch_plugin._dtypes import TO_CODE
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, current_stream, device_ref, \
     empty_like_layout, rt
 
@@ -41,6 +44,9 @@ _SOFTMAXES = (aten._softmax.default, aten._safe_softmax.default)
 _ROW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
 _EPILOGUE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# the fused attention kernel's ops (the emu backend lowers SDPA to them: compile/__init__.py)
+_FUSED_ATTENTION = (aten._scaled_dot_product_fused_attention_overrideable.default,
+                    aten._scaled_dot_product_fused_attention_overrideable_backward.default)
 
 
 def _resolve(a, env):
@@ -100,7 +106,8 @@ class DeviceProgram:
         self.steps: list[Step] = []
         self.output_args = None
         self.stats = {"fused_kernels": 0, "fused_ops": 0, "epilogues": 0, "aten_ops": 0, "planned_buffers": 0,
-                      "buffer_slots": 0, "constant_steps": 0, "row_fusions": 0, "bmm_epilogues": 0}
+                      "buffer_slots": 0, "constant_steps": 0, "row_fusions": 0, "bmm_epilogues": 0,
+                      "fused_attention": 0, "rms_norm_fusions": 0}
         self._lower()
         self._constants: dict = {}      # step node -> its value, kept from the first run
         self._find_constants()
@@ -183,6 +190,12 @@ class DeviceProgram:
                 rows[found[-1]] = found
                 absorbed.update(n for n in found[:4] if n is not None)
                 absorbed.discard(found[-1])
+        norms = {}
+        for node in nodes:
+            found = self._rms_fusion_of(node, roots, epilogues, absorbed, outputs)
+            if found is not None:
+                norms[found[2]] = found
+                absorbed.update(n for n in found[:2] if n in roots or n is found[0])
         groups = {n: e for n, e in roots.items() if n in epilogues or e.ops >= 2}
         for node in nodes:
             if node.op == "placeholder":
@@ -191,6 +204,8 @@ class DeviceProgram:
                 continue
             elif node in rows:
                 self.steps.append(self._row_step(*rows[node]))
+            elif node in norms:
+                self.steps.append(self._rms_step(*norms[node]))
             elif node in epilogues:
                 self.steps.append(self._epilogue_step(node, groups[node], *epilogues[node][:2]))
             elif node in groups:
@@ -348,10 +363,85 @@ class DeviceProgram:
         step.fn = run
         return step
 
+    def _rms_fusion_of(self, node, roots, epilogues, absorbed, outputs):
+        """RMS norm as the graph writes it (LlamaRMSNorm and the like, decomposed): a ``mean`` over
+        the last dimension (keepdim) of an elementwise chain (the square, possibly of casts) whose
+        only user it is, and the elementwise chain that is the mean's only user, over the whole
+        rows (``x * rsqrt(mean + eps) * weight``, with its casts). Matched on the graph's structure:
+        any chain may sit on either side, so the casts, the weight's side and eps's form do not
+        matter. (mean, square root or leaf, epilogue root); None when eager's arithmetic could
+        differ: the squared rows not contiguous (their summation order), dtypes other than
+        float32/float16/bfloat16."""
+        if node.op != "call_function" or node.target is not aten.mean.dim or node in outputs:
+            return None
+        args = list(node.args) + [None] * 3
+        x, dims, keepdim = args[:3]
+        if set(node.kwargs) - {"dtype"} or node.kwargs.get("dtype") is not None or keepdim is not True:
+            return None
+        xv, mv = value_of(x), value_of(node)
+        if not isinstance(x, Node) or not fusion._is_emu_tensor(xv) or xv.dtype not in _ROW_DTYPES \
+                or xv.dim() == 0 or not xv.is_contiguous() or mv is None or mv.dtype not in _ROW_DTYPES:
+            return None
+        if not isinstance(dims, (list, tuple)) or len(dims) != 1 or not isinstance(dims[0], int) \
+                or dims[0] % xv.dim() != xv.dim() - 1:
+            return None
+        claimed = getattr(self, "_claimed", None)
+        if claimed is None:
+            claimed = self._claimed = set()
+        if x in roots:
+            if x in epilogues or x in claimed or x in absorbed or len(x.users) != 1 or x in outputs:
+                return None
+        if len(node.users) != 1:
+            return None
+        chain = [u for u, e in roots.items() if node in e.leaves]
+        if len(chain) != 1:
+            return None
+        (user,) = chain
+        uv = value_of(user)
+        if user in epilogues or user in claimed or user in absorbed or uv is None or uv.dtype not in _ROW_DTYPES \
+                or tuple(uv.shape) != tuple(xv.shape):
+            return None
+        square = roots[x] if x in roots else fusion.leaf_expr(x)
+        leaves = dict.fromkeys((*square.leaves, *(leaf for leaf in roots[user].leaves if leaf is not node)))
+        if len(leaves) + 1 > fusion.MAX_INPUTS:
+            return None
+        claimed.update(n for n in (x, user) if n in roots)
+        return node, x, user
+
+    def _rms_step(self, mean, x, epilogue):
+        square = self._roots[x] if x in self._roots else fusion.leaf_expr(x)
+        epi = self._roots[epilogue]
+        leaves = tuple(dict.fromkeys((*square.leaves, *(leaf for leaf in epi.leaves if leaf is not mean))))
+        square_program = square.program({leaf: i for i, leaf in enumerate(leaves)})
+        epi_program = epi.program({leaf: i for i, leaf in enumerate((mean, *leaves))})
+        shape = tuple(value_of(epilogue).shape)
+        out_dtype = value_of(epilogue).dtype
+        square_dtype, stat_dtype = TO_CODE[value_of(x).dtype], TO_CODE[value_of(mean).dtype]
+        self.stats["row_fusions"] += 1
+        self.stats["rms_norm_fusions"] += 1
+        self.stats["fused_ops"] += square.ops + 1 + epi.ops
+        step = Step("row", epilogue, leaves, None)
+
+        def run(env):
+            inputs = [env[leaf] for leaf in leaves]
+            device = inputs[0].get_device()
+            out = torch.empty(shape, dtype=out_dtype, device=torch.device("emu", device))
+            record = _begin("compiled::fused_rms_norm", inputs)
+            if out.numel():
+                rt().launch("fused_rms_norm", (device_ref(out), square_dtype, stat_dtype, square_program, epi_program,
+                                               *[device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs]),
+                            current_stream(device))
+            _end("compiled::fused_rms_norm", record)
+            return out
+        step.fn = run
+        return step
+
     def _aten_step(self, node):
         target, args, kwargs = node.target, node.args, node.kwargs
         reads = tuple(dict.fromkeys(_nodes_in((args, kwargs))))
         self.stats["aten_ops"] += 1
+        if target in _FUSED_ATTENTION:
+            self.stats["fused_attention"] += 1
         if not kwargs:
             def run(env):
                 return target(*_resolve(args, env))

@@ -7,7 +7,9 @@ fused_kernels     fused_pointwise launches per run of the lowered graphs, summed
 fused_ops         aten ops those kernels (and the epilogues) absorbed
 epilogues         matmuls with their elementwise consumer fused in (one matmul_epilogue launch)
 bmm_epilogues     of those, bmms (one bmm_epilogue launch)
-row_fusions       softmaxes and layer norms fused with their producer and/or consumer chain
+row_fusions       softmaxes and layer norms fused with their producer and/or consumer chain, and
+                  RMS norms (of those, rms_norm_fusions: one fused_rms_norm launch each)
+fused_attention   SDPA calls (forward and backward) run as the fused attention kernel's ops
 aten_ops          ops the programs run through the dispatcher (their own kernels, or their path)
 planned_buffers   fused results given a planned slot; buffer_slots: the slots they share
 constant_steps    steps that depend on no graph input, computed in the first run and kept
@@ -66,7 +68,7 @@ def compile_stats() -> dict:
     keys = ("graphs_compiled", "recompiles", "graph_breaks", "fused_kernels", "fused_ops", "epilogues", "aten_ops",
             "planned_buffers", "buffer_slots", "constant_steps", "outside_program", "captures", "refused_captures",
             "segments", "boundaries", "captured_commands", "pool_bytes", "replays", "replayed_segments",
-            "row_fusions", "bmm_epilogues")
+            "row_fusions", "bmm_epilogues", "fused_attention", "rms_norm_fusions")
     with _lock:
         result = {k: _counts.get(k, 0) for k in keys}
     result["graph_breaks"] = _dynamo_graph_breaks() - _graph_breaks_at_reset
