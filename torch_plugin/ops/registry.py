@@ -227,50 +227,13 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
     copies = _counts[HOST_FALLBACK_COPIES]
     rejected = _counts[REJECTION]
 
-    def observed(args, kwargs):
-        local = _local
-        before = local.fallbacks
-        record = begin_op(op, args, kwargs)
-        path_taken = None
-        try:
-            try:
-                result = fn(*args, **kwargs)
-            except UnsupportedDtypeError as why:
-                if not aten_op or not _cpu_can_run(name):
-                    raise
-                result = _on_host(name, args, kwargs, why)
-        except runtime.EmuError as err:
-            end_op(record, None)
-            raise translate(err) from err
-        except (NotImplementedError, HostFallbackError):
-            if local.fallbacks == before:
-                path_taken = REJECTION
-                with _counts_lock:
-                    rejected[op] += 1
-            else:
-                local.fallbacks = before
-            end_op(record, path_taken)
-            raise
-        except BaseException:
-            end_op(record, None)
-            raise
-        if local.fallbacks == before:
-            in_fallback = local.in_fallback
-            path_taken = HOST_FALLBACK_COPIES if in_fallback else path
-            with _counts_lock:
-                (copies if in_fallback else counter)[op] += 1
-        else:
-            local.fallbacks = before
-        end_op(record, path_taken)
-        return result
-
-    # One flat wrapper (it runs on every op: each frame costs). Exactly one path is counted
-    # per op instance. Nested op instances (a composite's, a decomposition's) count their own.
+    # One flat wrapper (it runs on every op: each frame costs), the same logic whether a telemetry
+    # block is open (``record``: the op record it fills) or not. Exactly one path is counted per op
+    # instance. Nested op instances (a composite's, a decomposition's) count their own.
     def kernel(*args, **kwargs):
-        if _observers is not None:  # a telemetry block is open: the recording path
-            return observed(args, kwargs)
         local = _local
         before = local.fallbacks
+        record = None if _observers is None else begin_op(op, args, kwargs)
         try:
             try:
                 result = fn(*args, **kwargs)
@@ -279,20 +242,34 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
                     raise
                 result = _on_host(name, args, kwargs, why)  # counted as host fallback (or refused)
         except runtime.EmuError as err:
+            if record is not None:
+                end_op(record, None)
             raise translate(err) from err
         except (NotImplementedError, HostFallbackError):
+            path_taken = None
             if local.fallbacks == before:  # the kernel rejected its op (its own fallback counted it otherwise)
+                path_taken = REJECTION
                 with _counts_lock:
                     rejected[op] += 1
             else:
                 local.fallbacks = before
+            if record is not None:
+                end_op(record, path_taken)
+            raise
+        except BaseException:
+            if record is not None:
+                end_op(record, None)
             raise
         if local.fallbacks == before:  # no host fallback ran for this op instance
-            counter_ = copies if local.in_fallback else counter
+            in_fallback = local.in_fallback
             with _counts_lock:
-                counter_[op] += 1
+                (copies if in_fallback else counter)[op] += 1
+            if record is not None:
+                end_op(record, HOST_FALLBACK_COPIES if in_fallback else path)
         else:
             local.fallbacks = before  # this op ran on the host; an enclosing op still counts its own path
+            if record is not None:
+                end_op(record, None)
         return result
     kernel.__name__ = f"emu_{name.replace('.', '_')}"
     return kernel
