@@ -453,7 +453,7 @@ def _scan(op: str, out: Operand, inp: Operand, dim: int, compute_dtype: int):
 def _im2col(col: Operand, x: Operand, *params):
     """``col`` is (C, kD, kH, kW, oD, oH, oW), ``x`` is (C, D, H, W); ``params`` = the 9 ints
     (stride, padding, dilation per spatial dim) -- launch arguments are scalars."""
-    _module('conv').im2col(col.addr, col.dtype, col.strides, col.shape, x.addr, x.dtype, x.strides, x.shape,
+    _module('convolution').im2col(col.addr, col.dtype, col.strides, col.shape, x.addr, x.dtype, x.strides, x.shape,
                            params)
 
 
@@ -466,7 +466,7 @@ def _im2col_cost(device, col: Operand, x: Operand, *params):
 
 def _col2im(out: Operand, col: Operand, bias: Operand | None, *params):
     b_addr, b_dtype, b_stride = (0, dtypes.FLOAT32, 0) if bias is None else (bias.addr, bias.dtype, bias.strides[0])
-    _module('conv').col2im(out.addr, out.dtype, out.strides, out.shape, col.addr, col.dtype, col.strides,
+    _module('convolution').col2im(out.addr, out.dtype, out.strides, out.shape, col.addr, col.dtype, col.strides,
                            col.shape, b_addr, b_dtype, b_stride, params)
 
 
@@ -478,17 +478,17 @@ def _col2im_cost(device, out: Operand, col: Operand, bias, *params):
 
 def _depthwise_conv(out: Operand, x: Operand, w: Operand, bias: Operand | None, *params):
     """out (N, O, oD, oH, oW) = depthwise convolution of x (N, C, D, H, W) with w (O, kD, kH, kW)."""
-    _module('conv').depthwise_conv(_pool_args(out), _pool_args(x), _pool_args(w),
+    _module('convolution').depthwise_conv(_pool_args(out), _pool_args(x), _pool_args(w),
                                    None if bias is None else (bias.addr, bias.dtype, bias.strides[0]), params)
 
 
 def _depthwise_conv_input_grad(grad_input: Operand, grad_output: Operand, w: Operand, *params):
-    _module('conv').depthwise_conv_input_grad(_pool_args(grad_input), _pool_args(grad_output), _pool_args(w),
+    _module('convolution').depthwise_conv_input_grad(_pool_args(grad_input), _pool_args(grad_output), _pool_args(w),
                                               params)
 
 
 def _depthwise_conv_weight_grad(grad_weight: Operand, grad_output: Operand, x: Operand, *params):
-    _module('conv').depthwise_conv_weight_grad(_pool_args(grad_weight), _pool_args(grad_output), _pool_args(x),
+    _module('convolution').depthwise_conv_weight_grad(_pool_args(grad_weight), _pool_args(grad_output), _pool_args(x),
                                                params)
 
 
@@ -511,45 +511,45 @@ def _pool_args(op: Operand):
 
 
 def _max_pool2d(out: Operand, indices: Operand, x: Operand, *window):
-    _module('conv').max_pool2d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), *window)
+    _module('pooling').max_pool2d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), *window)
 
 
 def _max_pool2d_backward(grad_input: Operand, grad_output: Operand, indices: Operand):
-    _module('conv').max_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
+    _module('pooling').max_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
                                         indices.strides)
 
 
 def _avg_pool2d(out: Operand, x: Operand, *window):
-    _module('conv').avg_pool2d(*_pool_args(out), *_pool_args(x), *window)
+    _module('pooling').avg_pool2d(*_pool_args(out), *_pool_args(x), *window)
 
 
 def _avg_pool2d_backward(grad_input: Operand, grad_output: Operand, *window):
-    _module('conv').avg_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), *window)
+    _module('pooling').avg_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), *window)
 
 
 def _adaptive_avg_pool2d(out: Operand, x: Operand):
-    _module('conv').adaptive_avg_pool2d(*_pool_args(out), *_pool_args(x))
+    _module('pooling').adaptive_avg_pool2d(*_pool_args(out), *_pool_args(x))
 
 
 def _adaptive_avg_pool2d_backward(grad_input: Operand, grad_output: Operand):
-    _module('conv').adaptive_avg_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
+    _module('pooling').adaptive_avg_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
 
 
 def _upsample_nearest2d(out: Operand, x: Operand, scale_h: float, scale_w: float):
-    _module('conv').upsample_nearest2d(*_pool_args(out), *_pool_args(x), scale_h, scale_w)
+    _module('resample').upsample_nearest2d(*_pool_args(out), *_pool_args(x), scale_h, scale_w)
 
 
 def _upsample_nearest2d_backward(grad_input: Operand, grad_output: Operand, scale_h: float, scale_w: float):
-    _module('conv').upsample_nearest2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), scale_h, scale_w)
+    _module('resample').upsample_nearest2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), scale_h, scale_w)
 
 
 def _upsample_bilinear2d(out: Operand, x: Operand, align_corners: bool, scale_h: float, scale_w: float):
-    _module('conv').upsample_bilinear2d(*_pool_args(out), *_pool_args(x), align_corners, scale_h, scale_w)
+    _module('resample').upsample_bilinear2d(*_pool_args(out), *_pool_args(x), align_corners, scale_h, scale_w)
 
 
 def _upsample_bilinear2d_backward(grad_input: Operand, grad_output: Operand, align_corners: bool,
                                   scale_h: float, scale_w: float):
-    _module('conv').upsample_bilinear2d_backward(*_pool_args(grad_input), *_pool_args(grad_output),
+    _module('resample').upsample_bilinear2d_backward(*_pool_args(grad_input), *_pool_args(grad_output),
                                                  align_corners, scale_h, scale_w)
 
 
@@ -1219,69 +1219,69 @@ def _unique_cost(device, values, inverse, counts, count, src, sort, want_inverse
 
 
 
-# -- wrappers: pooling and sampling extras (conv.pyx, second block)
+# -- wrappers: pooling and sampling extras (pooling.pyx, resample.pyx, distance.pyx, embedding.pyx)
 # Operands are 5-d (N, C, D, H, W) views (the host pads 1-d/2-d ones); window ints are scalars.
 
 def _max_pool3d(out: Operand, indices: Operand, x: Operand, *window):
-    _module('conv').max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), window)
+    _module('pooling').max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), window)
 
 
 def _adaptive_max_pool3d(out: Operand, indices: Operand, x: Operand):
-    _module('conv').adaptive_max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x))
+    _module('pooling').adaptive_max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x))
 
 
 def _pool_index_backward(grad_input: Operand, grad_output: Operand, indices: Operand):
-    _module('conv').pool_index_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
+    _module('pooling').pool_index_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
                                         indices.strides)
 
 
 def _max_unpool(out: Operand, x: Operand, indices: Operand):
-    _module('conv').max_unpool(*_pool_args(out), *_pool_args(x), indices.addr, indices.strides)
+    _module('pooling').max_unpool(*_pool_args(out), *_pool_args(x), indices.addr, indices.strides)
 
 
 def _avg_pool3d(out: Operand, x: Operand, *args):
     """``args`` = kernel, stride, padding (3 ints each), count_include_pad, divisor (0 = none)."""
-    _module('conv').avg_pool3d(*_pool_args(out), *_pool_args(x), args[:9], args[9], args[10])
+    _module('pooling').avg_pool3d(*_pool_args(out), *_pool_args(x), args[:9], args[9], args[10])
 
 
 def _avg_pool3d_backward(grad_input: Operand, grad_output: Operand, *args):
-    _module('conv').avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), args[:9], args[9],
+    _module('pooling').avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), args[:9], args[9],
                                         args[10])
 
 
 def _adaptive_avg_pool3d(out: Operand, x: Operand):
-    _module('conv').adaptive_avg_pool3d(*_pool_args(out), *_pool_args(x))
+    _module('pooling').adaptive_avg_pool3d(*_pool_args(out), *_pool_args(x))
 
 
 def _adaptive_avg_pool3d_backward(grad_input: Operand, grad_output: Operand):
-    _module('conv').adaptive_avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
+    _module('pooling').adaptive_avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
 
 
 def _upsample_nearest3d(out: Operand, x: Operand, exact: bool, sd: float, sh: float, sw: float):
-    _module('conv').upsample_nearest3d(*_pool_args(out), *_pool_args(x), exact, (sd, sh, sw))
+    _module('resample').upsample_nearest3d(*_pool_args(out), *_pool_args(x), exact, (sd, sh, sw))
 
 
 def _upsample_nearest3d_backward(grad_input: Operand, grad_output: Operand, exact: bool, sd: float, sh: float,
                                  sw: float):
-    _module('conv').upsample_nearest3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), exact,
+    _module('resample').upsample_nearest3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), exact,
                                                 (sd, sh, sw))
 
 
 def _upsample_separable(out: Operand, x: Operand, ndim: int, mode: int, align_corners: bool, sd: float,
                         sh: float, sw: float):
-    """mode: 0 linear, 1 cubic, 2 antialiased linear, 3 antialiased cubic (conv.pyx)."""
-    _module('conv').upsample_separable(*_pool_args(out), *_pool_args(x), ndim, mode, align_corners, (sd, sh, sw))
+    """mode: 0 linear, 1 cubic, 2 antialiased linear, 3 antialiased cubic (resample.pyx)."""
+    _module('resample').upsample_separable(*_pool_args(out), *_pool_args(x), ndim, mode, align_corners, (sd, sh, sw))
 
 
 def _upsample_separable_backward(grad_input: Operand, grad_output: Operand, ndim: int, mode: int,
                                  align_corners: bool, sd: float, sh: float, sw: float):
-    _module('conv').upsample_separable_backward(*_pool_args(grad_input), *_pool_args(grad_output), ndim, mode,
+    _module('resample').upsample_separable_backward(*_pool_args(grad_input), *_pool_args(grad_output), ndim, mode,
                                                 align_corners, (sd, sh, sw))
 
 
 def _grid_sample(out: Operand, x: Operand, grid: Operand, ndim: int, mode: int, padding_mode: int,
                  align_corners: bool):
-    _module('conv').grid_sample(*_pool_args(out), *_pool_args(x), grid.addr, grid.dtype, grid.strides, ndim, mode,
+    _module('resample').grid_sample(*_pool_args(out), *_pool_args(x), grid.addr, grid.dtype, grid.strides, ndim, mode,
                                 padding_mode, align_corners)
 
 
@@ -1294,13 +1294,13 @@ def _grid_sample_cost(device, out: Operand, x: Operand, grid: Operand, ndim: int
 
 
 def _pairwise_distance(dist: Operand, a: Operand, b: Operand, p: float, condensed: bool):
-    _module('conv').pairwise_distance(dist.addr, dist.dtype, dist.strides, *_pool_args(a)[:3], a.shape,
+    _module('distance').pairwise_distance(dist.addr, dist.dtype, dist.strides, *_pool_args(a)[:3], a.shape,
                                       *_pool_args(b)[:3], b.shape, p, condensed)
 
 
 def _pairwise_distance_backward(grad_a: Operand, grad: Operand, dist: Operand, a: Operand, b: Operand, p: float,
                                 condensed: bool):
-    _module('conv').pairwise_distance_backward(grad_a.addr, grad_a.dtype, grad_a.strides, grad.addr, grad.strides,
+    _module('distance').pairwise_distance_backward(grad_a.addr, grad_a.dtype, grad_a.strides, grad.addr, grad.strides,
                                                dist.addr, dist.strides, a.addr, a.dtype, a.strides, a.shape,
                                                b.addr, b.strides, b.shape, p, condensed)
 
@@ -1322,7 +1322,7 @@ def _pairwise_backward_cost(device, grad_a: Operand, grad: Operand, dist: Operan
 
 def _fractional_max_pool(out: Operand, indices: Operand, x: Operand, samples: Operand, ndim: int, pd: int, ph: int,
                          pw: int):
-    _module('conv').fractional_max_pool(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x),
+    _module('pooling').fractional_max_pool(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x),
                                         samples.addr, samples.dtype, samples.strides, ndim, (pd, ph, pw))
 
 
@@ -1385,7 +1385,7 @@ def _embedding_bag(out: Operand, weight: Operand, indices: Operand, bounds: Oper
                    padding_idx: int, offset2bag, bag_size: Operand, max_indices: Operand):
     p = (0, dtypes.FLOAT32, 0) if psw is None else (psw.addr, psw.dtype, psw.strides[0])
     o = (0, 0) if offset2bag is None else (offset2bag.addr, offset2bag.strides[0])
-    _module('conv').embedding_bag(out.addr, out.dtype, out.strides, out.shape, weight.addr, weight.strides,
+    _module('embedding').embedding_bag(out.addr, out.dtype, out.strides, out.shape, weight.addr, weight.strides,
                                   weight.shape, indices.addr, indices.strides[0], indices.numel, bounds.addr,
                                   bounds.strides[0], *p, mode, padding_idx, *o, bag_size.addr, bag_size.strides[0],
                                   max_indices.addr, max_indices.strides, mode != 0)
@@ -2021,7 +2021,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("unary_op", "vector", _pointwise_run(1), _pointwise_cost(1)),
     Kernel("binary_op", "vector", _pointwise_run(2), _pointwise_cost(2)),
     Kernel("ternary_op", "vector", _pointwise_run(3), _pointwise_cost(3)),
-    # -- convolution, pooling, upsampling (conv.pyx)
+    # -- convolution, pooling, upsampling (convolution.pyx, pooling.pyx, resample.pyx)
     Kernel("im2col", "vector", _im2col, _im2col_cost),
     Kernel("col2im", "vector", _col2im, _col2im_cost),
     Kernel("depthwise_conv", "vector", _depthwise_conv, _depthwise_cost(0, 2)),
@@ -2094,7 +2094,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("repeat_interleave", "vector", _repeat_interleave, _data_dependent_cost),
     Kernel("unique", "vector", _unique, _unique_cost),
     Kernel("unique_dim", "vector", _unique_dim, _unique_dim_cost),
-    # -- pooling and sampling extras (conv.pyx, second block)
+    # -- pooling and sampling extras (pooling.pyx, resample.pyx, distance.pyx, embedding.pyx)
     Kernel("max_pool3d", "vector", _max_pool3d, _window_cost(_pool3_window)),
     Kernel("adaptive_max_pool3d", "vector", _adaptive_max_pool3d, _window_cost(lambda *a: 1)),
     Kernel("pool_index_backward", "vector", _pool_index_backward, _window_cost(lambda *a: 1)),

@@ -149,7 +149,7 @@ def _pool_reference(x, k, s, p):
 
 
 def test_max_pool_selects_match_the_reference_with_nan_and_ties():
-    from emulator.kernels import conv
+    from emulator.kernels import pooling
     rng = np.random.default_rng(3)
     x = np.round(rng.standard_normal((2, 3, 9, 11)) * 2).astype(np.float32)   # many ties
     x.flat[::17] = np.nan
@@ -157,7 +157,7 @@ def test_max_pool_selects_match_the_reference_with_nan_and_ties():
     for k, s, p in ((3, 2, 1), (2, 2, 0), (3, 1, 1)):
         want_y, want_i = _pool_reference(x, k, s, p)
         y, ind = np.zeros_like(want_y), np.zeros_like(want_i)
-        conv.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data,
+        pooling.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data,
                         D.FLOAT32, _st(x), x.shape, k, k, s, s, p, p, 1, 1)
         assert np.array_equal(y, want_y, equal_nan=True) and np.array_equal(ind, want_i), (k, s, p)
 
@@ -175,7 +175,7 @@ def _im2col_reference(x, kh, kw, sh, sw, ph, pw, dh, dw):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_im2col_2d_fast_path_matches_the_reference(dtype):
-    from emulator.kernels import conv
+    from emulator.kernels import convolution
     code = D.FLOAT32 if dtype == np.float32 else D.FLOAT64
     rng = np.random.default_rng(4)
     for (c, h, w), (kh, kw, sh, sw, ph, pw, dh, dw) in [((3, 7, 9), (3, 3, 1, 1, 1, 1, 1, 1)),
@@ -189,7 +189,7 @@ def test_im2col_2d_fast_path_matches_the_reference(dtype):
         # the column matrix inside a wider one (a batch's columns), pre-filled with garbage
         wide = np.full(want.shape[:-1] + (2 * want.shape[-1],), 9, dtype)
         col = wide[..., :want.shape[-1]]
-        conv.im2col(col.ctypes.data, code, _st(col), col.shape, x.ctypes.data, code, _st(x[:, None]),
+        convolution.im2col(col.ctypes.data, code, _st(col), col.shape, x.ctypes.data, code, _st(x[:, None]),
                     (c, 1, h, w), (1, sh, sw, 0, ph, pw, 1, dh, dw))
         assert col.tobytes() == want.tobytes()
         assert np.all(wide[..., want.shape[-1]:] == 9)
@@ -291,7 +291,7 @@ def test_softmax_exp_below_its_range_is_zero_and_subnormals_are_kept():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
 @pytest.mark.parametrize("batch", [8, 1])
 def test_large_max_pool_split_over_two_threads_equals_one_thread(dtype, batch):
-    from emulator.kernels import conv
+    from emulator.kernels import pooling
     code = {np.float32: D.FLOAT32, np.float64: D.FLOAT64, np.int64: D.INT64}[dtype]
     rng = np.random.default_rng(9)
     x = np.round(rng.standard_normal((batch, 64 // batch * 8, 32, 33)) * 4).astype(dtype)
@@ -300,21 +300,21 @@ def test_large_max_pool_split_over_two_threads_equals_one_thread(dtype, batch):
     got = []
     try:
         for split in (False, True):
-            conv.set_split(split)
+            pooling.set_split(split)
             y = np.zeros((x.shape[0], x.shape[1], 16, 17), dtype)
             ind = np.zeros(y.shape, np.int64)
-            conv.max_pool2d(y.ctypes.data, code, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data, code,
+            pooling.max_pool2d(y.ctypes.data, code, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data, code,
                             _st(x), x.shape, 3, 3, 2, 2, 1, 1, 1, 1)
             got.append((y.tobytes(), ind.tobytes()))
     finally:
-        conv.set_split(True)
+        pooling.set_split(True)
     assert got[0] == got[1]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("geometry", [(3, 3, 1, 1, 1, 1, 1, 1), (3, 3, 2, 2, 1, 1, 1, 1), (2, 2, 1, 1, 0, 0, 2, 2)])
 def test_large_im2col_split_over_two_threads_equals_one_thread_and_the_reference(dtype, geometry):
-    from emulator.kernels import conv
+    from emulator.kernels import convolution
     code = D.FLOAT32 if dtype == np.float32 else D.FLOAT64
     kh, kw, sh, sw, ph, pw, dh, dw = geometry
     rng = np.random.default_rng(10)
@@ -324,13 +324,13 @@ def test_large_im2col_split_over_two_threads_equals_one_thread_and_the_reference
     got = []
     try:
         for split in (False, True):
-            conv.set_split(split)
+            convolution.set_split(split)
             col = np.full(want.shape, 9, dtype)
-            conv.im2col(col.ctypes.data, code, _st(col), col.shape, x.ctypes.data, code, _st(x[:, None]),
+            convolution.im2col(col.ctypes.data, code, _st(col), col.shape, x.ctypes.data, code, _st(x[:, None]),
                         (c, 1, h, w), (1, sh, sw, 0, ph, pw, 1, dh, dw))
             got.append(col.tobytes())
     finally:
-        conv.set_split(True)
+        convolution.set_split(True)
     assert got[0] == got[1] == want.tobytes()
 
 
@@ -416,8 +416,8 @@ def test_an_output_right_after_its_input_still_splits(dt):
 
 
 def test_a_max_pool_output_right_after_its_input_still_splits():
-    # As above, for conv.pyx's overlap check (max-pool and im2col share it).
-    from emulator.kernels import conv
+    # As above, for pooling.pyx's overlap check (_spatial.pxi's _apart, which im2col shares).
+    from emulator.kernels import pooling
     shape, out_shape = (4, 64, 32, 32), (4, 64, 16, 16)
     n, m = int(np.prod(shape)), int(np.prod(out_shape))
     buf = np.zeros(n + m, np.float32)
@@ -426,14 +426,14 @@ def test_a_max_pool_output_right_after_its_input_still_splits():
     x[...] = np.random.default_rng(2).standard_normal(shape)
     got = []
     for split in (False, True):
-        conv.set_split(split)
-        before = conv.split_jobs()
+        pooling.set_split(split)
+        before = pooling.split_jobs()
         try:
-            conv.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), out_shape, ind.ctypes.data, _st(ind),
+            pooling.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), out_shape, ind.ctypes.data, _st(ind),
                             x.ctypes.data, D.FLOAT32, _st(x), shape, 3, 3, 2, 2, 1, 1, 1, 1)
         finally:
-            conv.set_split(True)
-        assert conv.split_jobs() - before == (1 if split else 0)
+            pooling.set_split(True)
+        assert pooling.split_jobs() - before == (1 if split else 0)
         got.append(y.tobytes() + ind.tobytes())
     assert got[0] == got[1]
 
@@ -443,7 +443,7 @@ def test_a_max_pool_output_right_after_its_input_still_splits():
 def test_im2col_over_samples_in_depth_equals_one_im2col_per_sample(dt, stride, pad):
     # The convolution lowering puts a batch's samples in im2col's depth (a depth-1 window, unit
     # stride, no padding): one launch must write what one launch per sample writes.
-    from emulator.kernels import conv
+    from emulator.kernels import convolution
     N, C, H, W, k = 5, 7, 13, 11, 3
     oh, ow = (H + 2 * pad - k) // stride + 1, (W + 2 * pad - k) // stride + 1
     L, R = oh * ow, 5 * oh * ow
@@ -455,11 +455,11 @@ def test_im2col_over_samples_in_depth_equals_one_im2col_per_sample(dt, stride, p
     for batched in (False, True):
         col = np.full((C * k * k, R), np.nan, NP[dt])
         if batched:
-            conv.im2col(col.ctypes.data, dt, cstr, (C, 1, k, k, N, oh, ow), x.ctypes.data, dt,
+            convolution.im2col(col.ctypes.data, dt, cstr, (C, 1, k, k, N, oh, ow), x.ctypes.data, dt,
                         (H * W, C * H * W, W, 1), (C, N, H, W), params)
         else:
             for n in range(N):
-                conv.im2col(col.ctypes.data + n * L * isz, dt, cstr, (C, 1, k, k, 1, oh, ow),
+                convolution.im2col(col.ctypes.data + n * L * isz, dt, cstr, (C, 1, k, k, 1, oh, ow),
                             x.ctypes.data + n * C * H * W * isz, dt, (H * W, 0, W, 1), (C, 1, H, W), params)
         cols.append(col.tobytes())
     assert cols[0] == cols[1]

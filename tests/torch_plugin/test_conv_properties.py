@@ -4,10 +4,10 @@ Hypothesis draws stride, padding (larger than the input where PyTorch allows it)
 groups (depthwise included), batch sizes 1-5, spatial sizes down to 1, 1-d/2-d/3-d, transposed
 convolutions (with output_padding), channels-last, every floating dtype, forward and backward.
 Explicit examples and patched thresholds put cases on both sides of every internal path of
-torch_plugin/ops/conv.py: one GEMM per sample, the batch's columns in one GEMM (whole or in
+torch_plugin/ops/convolution.py: one GEMM per sample, the batch's columns in one GEMM (whole or in
 chunks: _BATCHED_COLUMNS, _BATCHED_SCRATCH), the batched pointwise (1x1) GEMM, grouped GEMMs,
 the direct depthwise kernels, transposed convolutions; and of the kernels' two-thread split
-(_SPLIT_ELEMENTS = 65536 elements of a launch, conv.pyx).
+(_SPLIT_ELEMENTS = 65536 elements of a launch, convolution.pyx).
 
 Everything runs under the "forbid" host fallback policy: nothing may fall back silently.
 
@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import torch_plugin  # noqa: F401
-from torch_plugin.ops import conv as conv_ops
+from torch_plugin.ops import convolution as conv_ops
+from torch_plugin.ops import pooling as pool_ops
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 UNIT = {torch.float64: 2.0 ** -53, torch.float32: 2.0 ** -24, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
@@ -311,7 +312,7 @@ def _empty_window(case):
     if case["kind"] != "max":
         return False
     for n, kk, s, p, d in zip(case["spatial"], case["kernel"], case["stride"], case["padding"], case["dilation"]):
-        out = conv_ops._pool_output(n, kk, p, s, d, case["ceil_mode"])
+        out = pool_ops._pool_output(n, kk, p, s, d, case["ceil_mode"])
         for o in range(out):
             if not any(0 <= o * s - p + j * d < n for j in range(kk)):
                 return True

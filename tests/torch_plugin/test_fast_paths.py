@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_plugin  # noqa: F401
-from torch_plugin.ops import conv as conv_ops
+from torch_plugin.ops import convolution as conv_ops
 from precision import assert_reduced_close
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]

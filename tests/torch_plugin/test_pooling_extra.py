@@ -1,6 +1,6 @@
 """3-d pooling, adaptive max pooling, unpooling, N-d interpolation, grid sampling, fractional max
-pooling, unfold/fold, channel_shuffle and pairwise distances on emu against CPU (ops/conv.py,
-second block)."""
+pooling, unfold/fold, channel_shuffle and pairwise distances on emu against CPU (ops/pooling.py,
+resample.py, convolution.py, distance.py)."""
 import pytest
 import torch
 import torch.nn.functional as F
