@@ -5,6 +5,8 @@ against the torch already installed (a build-isolated env would fetch another on
 """
 import glob
 import os
+import sys
+import sysconfig
 
 # The build imports torch, whose autoload would import this project's own (possibly stale or
 # half-built) C++ core: a core that does not load must not stop its own rebuild.
@@ -16,6 +18,32 @@ from Cython.Build import cythonize  # noqa: E402
 from setuptools import Extension, setup  # noqa: E402
 from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
 
+# The editable install (PEP 660's editable_wheel, or develop) and build_ext --inplace put the modules
+# beside their sources; a wheel or sdist build does not.
+IN_PLACE = any(arg in sys.argv for arg in ("editable_wheel", "develop", "--inplace", "-i"))
+EXT_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX")
+# What every kernel may include: a change to one rebuilds them all.
+KERNEL_INCLUDES = sorted(glob.glob("emulator/kernels/*.pxi") + glob.glob("emulator/kernels/*.pxd"))
+
+
+def _built_in_place(pyx: str) -> bool:
+    """Whether the kernel module of ``pyx`` is already built in place and newer than its sources.
+
+    The kernel library does not depend on torch (only numpy and Python), so a build for another torch
+    of the window (.ci/compat) and an edit of one kernel recompile only what changed; the C++ core is
+    built against the torch of this environment and is always rebuilt. EMU_REBUILD_KERNELS=1 rebuilds
+    every kernel. Only for in-place builds (the editable install, ``build_ext --inplace``): a wheel
+    always compiles every kernel into itself."""
+    if not IN_PLACE or os.environ.get("EMU_REBUILD_KERNELS") == "1":
+        return False
+    target = pyx[:-4] + EXT_SUFFIX
+    if not os.path.exists(target):
+        return False
+    return os.path.getmtime(target) >= max(os.path.getmtime(p) for p in [pyx, *KERNEL_INCLUDES])
+
+
+JOBS = int(os.environ.get("EMU_BUILD_JOBS") or os.cpu_count() or 1)
+kernel_sources = sorted(glob.glob("emulator/kernels/*.pyx"))
 kernel_extensions = [
     Extension(
         "emulator.kernels." + path.split("/")[-1][:-4],
@@ -23,8 +51,12 @@ kernel_extensions = [
         include_dirs=[numpy.get_include()],
         extra_compile_args=["-O3", "-fno-strict-aliasing"],
     )
-    for path in sorted(glob.glob("emulator/kernels/*.pyx"))
+    for path in kernel_sources
+    if not _built_in_place(path)
 ]
+if len(kernel_extensions) < len(kernel_sources):
+    print(f"seed: {len(kernel_sources) - len(kernel_extensions)} of {len(kernel_sources)} kernel modules are built "
+          f"in place and up to date; compiling {len(kernel_extensions)}")
 
 plugin_core = CppExtension(
     "torch_plugin._C",
@@ -35,6 +67,8 @@ plugin_core = CppExtension(
 )
 
 setup(
-    ext_modules=cythonize(kernel_extensions, language_level=3, quiet=True) + [plugin_core],
+    ext_modules=(cythonize(kernel_extensions, language_level=3, quiet=True, nthreads=JOBS) if kernel_extensions else []) + [plugin_core],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    # the extensions compile side by side, one per core (EMU_BUILD_JOBS overrides)
+    options={"build_ext": {"parallel": JOBS}},
 )

@@ -78,5 +78,6 @@ def check_torch_version(torch_version: str) -> None:
         raise TorchVersionError(reason)
 
 
-if __name__ == "__main__":   # `python torch_plugin/_compat.py` prints the window's pip specifiers
-    print(window_versions())
+if __name__ == "__main__":   # `python torch_plugin/_compat.py [--newest]`: the window's pip specifiers
+    import sys
+    print(window_versions().split()[-1] if sys.argv[1:] == ["--newest"] else window_versions())
