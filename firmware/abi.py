@@ -181,7 +181,7 @@ KIND_STATUS = {kind: status for status, kind in STATUS_KIND.items()}
 # writes its first tensor argument (the library's convention: output first). "all": every tensor
 # argument may be written. A skipped or faulted command poisons what it should have written.
 LAUNCH_WRITES = {
-    "sort": (0, 1), "max_pool2d": (0, 1), "max_pool3d": (0, 1), "adaptive_max_pool3d": (0, 1),
+    "sort": (0, 1), "max_pool": (0, 1), "adaptive_max_pool": (0, 1),
     "fractional_max_pool": (0, 1), "order_stat": (1, 2), "cum_select": (1, 2),
     "norm_forward": (0, 4, 5, 8, 9), "norm_backward": (0, 1, 2), "amp_unscale": (0, 1),
     "amp_update_scale": (0, 1), "fused_adam": (0, 2, 3, 4), "fused_sgd": (0, 2),

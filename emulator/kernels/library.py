@@ -510,31 +510,6 @@ def _pool_args(op: Operand):
     return op.addr, op.dtype, op.strides, op.shape
 
 
-def _max_pool2d(out: Operand, indices: Operand, x: Operand, *window):
-    _module('pooling').max_pool2d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), *window)
-
-
-def _max_pool2d_backward(grad_input: Operand, grad_output: Operand, indices: Operand):
-    _module('pooling').max_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
-                                        indices.strides)
-
-
-def _avg_pool2d(out: Operand, x: Operand, *window):
-    _module('pooling').avg_pool2d(*_pool_args(out), *_pool_args(x), *window)
-
-
-def _avg_pool2d_backward(grad_input: Operand, grad_output: Operand, *window):
-    _module('pooling').avg_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), *window)
-
-
-def _adaptive_avg_pool2d(out: Operand, x: Operand):
-    _module('pooling').adaptive_avg_pool2d(*_pool_args(out), *_pool_args(x))
-
-
-def _adaptive_avg_pool2d_backward(grad_input: Operand, grad_output: Operand):
-    _module('pooling').adaptive_avg_pool2d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
-
-
 def _upsample_nearest2d(out: Operand, x: Operand, scale_h: float, scale_w: float):
     _module('resample').upsample_nearest2d(*_pool_args(out), *_pool_args(x), scale_h, scale_w)
 
@@ -562,11 +537,6 @@ def _window_cost(reads_per_output):
         work = max(o.numel for o in operands) * reads_per_output(*args)
         return _roofline(device, device.vector_engine.elementwise(work, 1.0), moved, work)
     return cost
-
-
-def _pool_window(*args):
-    ints = [a for a in args if type(a) is int]
-    return max(1, ints[0] * ints[1]) if len(ints) >= 2 else 1
 
 
 def _softmax(out: Operand, inp: Operand, dim: int, safe: bool = False):
@@ -1222,39 +1192,39 @@ def _unique_cost(device, values, inverse, counts, count, src, sort, want_inverse
 # -- wrappers: pooling and sampling extras (pooling.pyx, resample.pyx, distance.pyx, embedding.pyx)
 # Operands are 5-d (N, C, D, H, W) views (the host pads 1-d/2-d ones); window ints are scalars.
 
-def _max_pool3d(out: Operand, indices: Operand, x: Operand, *window):
-    _module('pooling').max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), window)
+def _max_pool(out: Operand, indices: Operand, x: Operand, *window):
+    _module('pooling').max_pool(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x), window)
 
 
-def _adaptive_max_pool3d(out: Operand, indices: Operand, x: Operand):
-    _module('pooling').adaptive_max_pool3d(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x))
+def _adaptive_max_pool(out: Operand, indices: Operand, x: Operand):
+    _module('pooling').adaptive_max_pool(*_pool_args(out), indices.addr, indices.strides, *_pool_args(x))
 
 
 def _pool_index_backward(grad_input: Operand, grad_output: Operand, indices: Operand):
     _module('pooling').pool_index_backward(*_pool_args(grad_input), *_pool_args(grad_output), indices.addr,
-                                        indices.strides)
+                                           indices.strides)
 
 
 def _max_unpool(out: Operand, x: Operand, indices: Operand):
     _module('pooling').max_unpool(*_pool_args(out), *_pool_args(x), indices.addr, indices.strides)
 
 
-def _avg_pool3d(out: Operand, x: Operand, *args):
+def _avg_pool(out: Operand, x: Operand, *args):
     """``args`` = kernel, stride, padding (3 ints each), count_include_pad, divisor (0 = none)."""
-    _module('pooling').avg_pool3d(*_pool_args(out), *_pool_args(x), args[:9], args[9], args[10])
+    _module('pooling').avg_pool(*_pool_args(out), *_pool_args(x), args[:9], args[9], args[10])
 
 
-def _avg_pool3d_backward(grad_input: Operand, grad_output: Operand, *args):
-    _module('pooling').avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), args[:9], args[9],
-                                        args[10])
+def _avg_pool_backward(grad_input: Operand, grad_output: Operand, *args):
+    _module('pooling').avg_pool_backward(*_pool_args(grad_input), *_pool_args(grad_output), args[:9], args[9],
+                                         args[10])
 
 
-def _adaptive_avg_pool3d(out: Operand, x: Operand):
-    _module('pooling').adaptive_avg_pool3d(*_pool_args(out), *_pool_args(x))
+def _adaptive_avg_pool(out: Operand, x: Operand):
+    _module('pooling').adaptive_avg_pool(*_pool_args(out), *_pool_args(x))
 
 
-def _adaptive_avg_pool3d_backward(grad_input: Operand, grad_output: Operand):
-    _module('pooling').adaptive_avg_pool3d_backward(*_pool_args(grad_input), *_pool_args(grad_output))
+def _adaptive_avg_pool_backward(grad_input: Operand, grad_output: Operand):
+    _module('pooling').adaptive_avg_pool_backward(*_pool_args(grad_input), *_pool_args(grad_output))
 
 
 def _upsample_nearest3d(out: Operand, x: Operand, exact: bool, sd: float, sh: float, sw: float):
@@ -1403,7 +1373,8 @@ def _embedding_bag_cost(device, out: Operand, weight: Operand, indices: Operand,
 
 
 def _pool3_window(*args):
-    """Window volume of a 3-d pooling launch: the product of its first three integer arguments."""
+    """Window volume of a pooling launch (1-d and 2-d ones have unit leading extents): the product of
+    its first three integer arguments."""
     ints = [a for a in args if type(a) is int]
     return max(1, ints[0] * ints[1] * ints[2]) if len(ints) >= 3 else 1
 
@@ -2027,12 +1998,6 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("depthwise_conv", "vector", _depthwise_conv, _depthwise_cost(0, 2)),
     Kernel("depthwise_conv_input_grad", "vector", _depthwise_conv_input_grad, _depthwise_cost(1, 2)),
     Kernel("depthwise_conv_weight_grad", "vector", _depthwise_conv_weight_grad, _depthwise_cost(1, 0)),
-    Kernel("max_pool2d", "vector", _max_pool2d, _window_cost(_pool_window)),
-    Kernel("max_pool2d_backward", "vector", _max_pool2d_backward, _window_cost(lambda *a: 1)),
-    Kernel("avg_pool2d", "vector", _avg_pool2d, _window_cost(_pool_window)),
-    Kernel("avg_pool2d_backward", "vector", _avg_pool2d_backward, _window_cost(_pool_window)),
-    Kernel("adaptive_avg_pool2d", "vector", _adaptive_avg_pool2d, _window_cost(lambda *a: 1)),
-    Kernel("adaptive_avg_pool2d_backward", "vector", _adaptive_avg_pool2d_backward, _window_cost(lambda *a: 1)),
     Kernel("upsample_nearest2d", "vector", _upsample_nearest2d, _window_cost(lambda *a: 1)),
     Kernel("upsample_nearest2d_backward", "vector", _upsample_nearest2d_backward, _window_cost(lambda *a: 1)),
     Kernel("upsample_bilinear2d", "vector", _upsample_bilinear2d, _window_cost(lambda *a: 4)),
@@ -2095,14 +2060,14 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("unique", "vector", _unique, _unique_cost),
     Kernel("unique_dim", "vector", _unique_dim, _unique_dim_cost),
     # -- pooling and sampling extras (pooling.pyx, resample.pyx, distance.pyx, embedding.pyx)
-    Kernel("max_pool3d", "vector", _max_pool3d, _window_cost(_pool3_window)),
-    Kernel("adaptive_max_pool3d", "vector", _adaptive_max_pool3d, _window_cost(lambda *a: 1)),
+    Kernel("max_pool", "vector", _max_pool, _window_cost(_pool3_window)),
+    Kernel("adaptive_max_pool", "vector", _adaptive_max_pool, _window_cost(lambda *a: 1)),
     Kernel("pool_index_backward", "vector", _pool_index_backward, _window_cost(lambda *a: 1)),
     Kernel("max_unpool", "vector", _max_unpool, _window_cost(lambda *a: 1)),
-    Kernel("avg_pool3d", "vector", _avg_pool3d, _window_cost(_pool3_window)),
-    Kernel("avg_pool3d_backward", "vector", _avg_pool3d_backward, _window_cost(_pool3_window)),
-    Kernel("adaptive_avg_pool3d", "vector", _adaptive_avg_pool3d, _window_cost(lambda *a: 1)),
-    Kernel("adaptive_avg_pool3d_backward", "vector", _adaptive_avg_pool3d_backward, _window_cost(lambda *a: 1)),
+    Kernel("avg_pool", "vector", _avg_pool, _window_cost(_pool3_window)),
+    Kernel("avg_pool_backward", "vector", _avg_pool_backward, _window_cost(_pool3_window)),
+    Kernel("adaptive_avg_pool", "vector", _adaptive_avg_pool, _window_cost(lambda *a: 1)),
+    Kernel("adaptive_avg_pool_backward", "vector", _adaptive_avg_pool_backward, _window_cost(lambda *a: 1)),
     Kernel("upsample_nearest3d", "vector", _upsample_nearest3d, _window_cost(lambda *a: 1)),
     Kernel("upsample_nearest3d_backward", "vector", _upsample_nearest3d_backward, _window_cost(lambda *a: 1)),
     Kernel("upsample_separable", "vector", _upsample_separable, _window_cost(_separable_taps)),

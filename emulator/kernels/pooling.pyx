@@ -1,17 +1,20 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
-"""Pooling kernels of the device's vector engine: max, average, adaptive, fractional max pooling,
-max unpooling and their backward passes.
+"""Pooling kernels of the device's vector engine: max (with indices), average, adaptive average /
+max, fractional max pooling, max unpooling and their backward passes, one kernel per family for
+1-d, 2-d and 3-d pooling.
 
-* over (N, C, H, W) operands of any strides: max (value and flat index h * W + w in its plane;
-  NaN propagates and the last NaN's index wins, as CPU's kernel), average (CPU's
-  count_include_pad / ceil_mode / divisor_override rules), adaptive average; and their backward
-  passes, which accumulate in float32 (float64) and round once.
-* over (N, C, D, H, W) operands (the second block): max with indices, adaptive max, the
-  scatter-add backward of every indexed max pooling (``pool_index_backward``), max unpooling,
-  average and adaptive average pooling (+ backward), fractional max pooling.
+Every operand is a 5-d (N, C, D, H, W) view of any strides: the host pads 1-d and 2-d operands
+with leading unit spatial dims, so ``max_pool``, ``avg_pool`` (+ ``_backward``),
+``adaptive_avg_pool`` (+ ``_backward``), ``adaptive_max_pool``, ``fractional_max_pool``,
+``pool_index_backward`` (the scatter-add backward of every indexed max pooling) and
+``max_unpool`` serve every rank. Plane indices are flat d * H * W + h * W + w offsets, CPU's
+1-d/2-d indices when the padded extents are 1. Max pooling propagates NaN (the last NaN's index
+wins, as CPU's kernel); average pooling follows CPU's count_include_pad / ceil_mode /
+divisor_override rules; adaptive windows are CPU's.
 
 Numerics: float16/bfloat16 compute in float32, float32 in float32, float64 in float64, one
-rounding to the output dtype. Max pooling also runs on integers (exact int64 compares).
+rounding to the output dtype; backward passes accumulate one plane in that type. Max pooling
+also runs on integers (exact int64 compares).
 Left out: tiling and timing (library.py holds the cost models); the random samples of
 fractional pooling are an input (drawn by the host).
 """
@@ -25,9 +28,9 @@ include "_pool.pxi"
 include "_spatial.pxi"
 
 
-# Large im2col and max-pool launches run in two halves (of the channels; of the batch, or the
-# channels, for pooling) on this thread and the pool's helper (_pool.pxi), when the output does
-# not overlap the input: each half computes its own part of the output exactly as the whole would.
+# Large max-pool launches run in two halves (of the batch, or of the channels for one sample) on
+# this thread and the pool's helper (_pool.pxi), when the output does not overlap the input: each
+# half computes its own part of the output exactly as the whole would.
 cdef enum:
     _SPLIT_ELEMENTS = 1 << 16
 
@@ -35,347 +38,154 @@ include "_split.pxi"
 
 
 # ---------------------------------------------------------------------------------------------
-# Pooling over (N, C, H, W)
+# Max pooling with indices over 1-3 spatial dims: every operand is a 5-d (N, C, D, H, W) view (the
+# host pads 1-d and 2-d operands with leading unit spatial dims), the window is 12 ints: kernel,
+# stride, padding, dilation, each (d, h, w). Indices are flat d * H * W + h * W + w plane offsets
+# (CPU's 1-d/2-d indices when the padded extents are 1). NaN propagates and the last NaN's index
+# wins, as CPU's kernel; a window that reads nothing beats no value and keeps its first tap.
+
+cdef inline void _dilated(Py_ssize_t o, Py_ssize_t k, Py_ssize_t s, Py_ssize_t p, Py_ssize_t d, Py_ssize_t size,
+                          Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
+    """The taps [lo, hi) (step d) of output index o's dilated window, lo moved to its first tap inside."""
+    lo[0] = o * s - p
+    hi[0] = lo[0] + (k - 1) * d + 1
+    if hi[0] > size:
+        hi[0] = size
+    while lo[0] < 0:
+        lo[0] += d
 
 
-cdef void _max_pool(Planes* p, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
-                    Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t ph,
-                    Py_ssize_t pw, Py_ssize_t dh, Py_ssize_t dw, cmp_t lowest) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, ih0, ih1, iw0, iw1, ih, iw, idx
+cdef void _max_pool(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+                    Py_ssize_t* k, cmp_t lowest) noexcept nogil:
+    cdef Py_ssize_t n, c, od, oh, ow, d0, d1, h0, h1, w0, w1, id_, ih, iw, idx
     cdef const char* plane
+    cdef const char* row
     cdef cmp_t val, best
     cdef bint take
-    for n in range(p.N):
-        for c in range(p.C):
-            plane = x + n * p.xs[0] + c * p.xs[1]
-            for oh in range(p.OH):
-                ih0 = oh * sh - ph
-                ih1 = ih0 + (kh - 1) * dh + 1
-                if ih1 > p.H:
-                    ih1 = p.H
-                while ih0 < 0:
-                    ih0 += dh
-                for ow in range(p.OW):
-                    iw0 = ow * sw - pw
-                    iw1 = iw0 + (kw - 1) * dw + 1
-                    if iw1 > p.W:
-                        iw1 = p.W
-                    while iw0 < 0:
-                        iw0 += dw
-                    best = lowest
-                    idx = ih0 * p.W + iw0
-                    ih = ih0
-                    while ih < ih1:
-                        iw = iw0
-                        while iw < iw1:
-                            if cmp_t is double and xdt == DT_FLOAT32:
-                                val = (<const float*>(plane + ih * p.xs[2] + iw * p.xs[3]))[0]
-                            else:
-                                load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &val)
-                            # Selects, not branches (the comparison of data mispredicts often).
-                            if cmp_t is double:
-                                take = (val > best) | (val != val)
-                            else:
-                                take = val > best
-                            best = val if take else best
-                            idx = ih * p.W + iw if take else idx
-                            iw += dw
-                        ih += dh
-                    store_block(&best, 1, ydt, y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0)
-                    ek_st_i64(ind + n * is_[0] + c * is_[1] + oh * is_[2] + ow * is_[3], idx)
+    for n in range(v.N):
+        for c in range(v.C):
+            plane = x + n * v.xs[0] + c * v.xs[1]
+            for od in range(v.OD):
+                _dilated(od, k[0], k[3], k[6], k[9], v.D, &d0, &d1)
+                for oh in range(v.OH):
+                    _dilated(oh, k[1], k[4], k[7], k[10], v.H, &h0, &h1)
+                    for ow in range(v.OW):
+                        _dilated(ow, k[2], k[5], k[8], k[11], v.W, &w0, &w1)
+                        best = lowest
+                        idx = (d0 * v.H + h0) * v.W + w0
+                        id_ = d0
+                        while id_ < d1:
+                            ih = h0
+                            while ih < h1:
+                                row = plane + id_ * v.xs[2] + ih * v.xs[3]
+                                iw = w0
+                                while iw < w1:
+                                    if cmp_t is double and xdt == DT_FLOAT32:
+                                        val = (<const float*>(row + iw * v.xs[4]))[0]
+                                    else:
+                                        load_block(row + iw * v.xs[4], 0, xdt, 1, &val)
+                                    # Selects, not branches (the comparison of data mispredicts often).
+                                    if cmp_t is double:
+                                        take = (val > best) | (val != val)
+                                    else:
+                                        take = val > best
+                                    best = val if take else best
+                                    idx = (id_ * v.H + ih) * v.W + iw if take else idx
+                                    iw += k[11]
+                                ih += k[10]
+                            id_ += k[9]
+                        store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                        ek_st_i64(<char*>_ind_at(ind, is_, n, c, od, oh, ow), idx)
 
 
 ctypedef struct _PoolJob:
-    Planes p
+    Vol v
     const char* x
     char* y
     char* ind
     int xdt, ydt
-    Py_ssize_t is_[4]
-    Py_ssize_t k[8]
+    Py_ssize_t is_[5]
+    Py_ssize_t k[12]
 
 
 cdef void _pool_job(void* arg) noexcept nogil:
     cdef _PoolJob* j = <_PoolJob*>arg
     if is_floating(j.xdt):
-        _max_pool(&j.p, j.x, j.xdt, j.y, j.ydt, j.ind, j.is_, j.k[0], j.k[1], j.k[2], j.k[3], j.k[4], j.k[5],
-                  j.k[6], j.k[7], <double>-INFINITY)
+        _max_pool(&j.v, j.x, j.xdt, j.y, j.ydt, j.ind, j.is_, j.k, <double>-INFINITY)
     else:
-        _max_pool(&j.p, j.x, j.xdt, j.y, j.ydt, j.ind, j.is_, j.k[0], j.k[1], j.k[2], j.k[3], j.k[4], j.k[5],
-                  j.k[6], j.k[7], <int64_t>INT64_MIN)
+        _max_pool(&j.v, j.x, j.xdt, j.y, j.ydt, j.ind, j.is_, j.k, <int64_t>INT64_MIN)
 
 
-cdef void _max_pool_run(Planes* p, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+cdef void _max_pool_run(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
                         Py_ssize_t* k, bint split) noexcept nogil:
+    """One pass, or two halves of the batch (of the channels for one sample) on two threads."""
     cdef _PoolJob jobs[2]
-    cdef Py_ssize_t xext[4]
-    cdef Py_ssize_t yext[4]
+    cdef Py_ssize_t xext[5]
+    cdef Py_ssize_t yext[5]
     cdef Py_ssize_t half
     cdef int h, d, dim
-    xext[0], xext[1], xext[2], xext[3] = p.N, p.C, p.H, p.W
-    yext[0], yext[1], yext[2], yext[3] = p.N, p.C, p.OH, p.OW
-    dim = 0 if p.N >= 2 else 1
-    split = (split and xext[dim] >= 2 and p.N * p.C * p.H * p.W >= _SPLIT_ELEMENTS
-             and _apart(y, p.ys, yext, 4, ydt, x, p.xs, xext, 4, xdt)
-             and _apart(ind, is_, yext, 4, DT_INT64, x, p.xs, xext, 4, xdt)
-             and _apart(ind, is_, yext, 4, DT_INT64, y, p.ys, yext, 4, ydt))
+    xext[0], xext[1], xext[2], xext[3], xext[4] = v.N, v.C, v.D, v.H, v.W
+    yext[0], yext[1], yext[2], yext[3], yext[4] = v.N, v.C, v.OD, v.OH, v.OW
+    dim = 0 if v.N >= 2 else 1
+    split = (split and xext[dim] >= 2 and v.N * v.C * v.D * v.H * v.W >= _SPLIT_ELEMENTS
+             and _apart(y, v.ys, yext, 5, ydt, x, v.xs, xext, 5, xdt)
+             and _apart(ind, is_, yext, 5, DT_INT64, x, v.xs, xext, 5, xdt)
+             and _apart(ind, is_, yext, 5, DT_INT64, y, v.ys, yext, 5, ydt))
     for h in range(2 if split else 1):
-        jobs[h].p = p[0]
+        jobs[h].v = v[0]
         jobs[h].x, jobs[h].y, jobs[h].ind = x, y, ind
         if split:
             half = xext[dim] // 2
             if dim == 0:
-                jobs[h].p.N = half if h == 0 else p.N - half
+                jobs[h].v.N = half if h == 0 else v.N - half
             else:
-                jobs[h].p.C = half if h == 0 else p.C - half
+                jobs[h].v.C = half if h == 0 else v.C - half
             if h == 1:
-                jobs[h].x = x + half * p.xs[dim]
-                jobs[h].y = y + half * p.ys[dim]
+                jobs[h].x = x + half * v.xs[dim]
+                jobs[h].y = y + half * v.ys[dim]
                 jobs[h].ind = ind + half * is_[dim]
         jobs[h].xdt, jobs[h].ydt = xdt, ydt
-        for d in range(4):
+        for d in range(5):
             jobs[h].is_[d] = is_[d]
-        for d in range(8):
+        for d in range(12):
             jobs[h].k[d] = k[d]
     ek_pool_run(_pool_job, <void*>jobs, sizeof(_PoolJob), 2 if split else 1)
 
 
-def max_pool2d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
-               x_shape, kh, kw, sh, sw, ph, pw, dh, dw):
-    """y, indices (N, C, OH, OW) = max over the windows of x (N, C, H, W); indices are int64 flat
-    offsets h * W + w within the plane. Any dtype but bool (y has x's dtype)."""
-    cdef int ydt = check_dtype(y_dtype, "max_pool2d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "max_pool2d x_dtype")
-    cdef Planes p
-    cdef Py_ssize_t is_[4]
-    cdef Py_ssize_t k[8]
+def max_pool(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
+             x_shape, window):
+    """y, indices (N, C, OD, OH, OW) = max over the windows of x (N, C, D, H, W); ``window`` = kernel,
+    stride, padding, dilation (3 ints each, (d, h, w)); indices are int64 flat plane offsets. Any
+    dtype but bool (y has x's dtype)."""
+    cdef int ydt = check_dtype(y_dtype, "max_pool y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "max_pool x_dtype")
+    cdef Vol v
+    cdef Py_ssize_t is_[5]
+    cdef Py_ssize_t k[12]
     cdef char* y
     cdef char* ind
     cdef const char* x
     cdef int i
     cdef bint split
-    vals = _ints((kh, kw, sh, sw, ph, pw, dh, dw), 8, "max_pool2d")
-    for i in range(8):
+    vals = _ints(window, 12, "max_pool window")
+    for i in range(12):
         k[i] = vals[i]
-    if k[0] <= 0 or k[1] <= 0 or k[2] <= 0 or k[3] <= 0 or k[4] < 0 or k[5] < 0 or k[6] <= 0 or k[7] <= 0:
-        raise KernelArgumentError(f"max_pool2d: invalid window {tuple(vals)!r}")
+        if k[i] < 0 or (k[i] == 0 and not 6 <= i < 9):
+            raise KernelArgumentError(f"max_pool: invalid window {tuple(vals)!r}")
     if xdt == DT_BOOL or ydt != xdt:
-        raise KernelArgumentError(f"max_pool2d: unsupported dtypes {_DTYPE_NAMES[xdt]} -> {_DTYPE_NAMES[ydt]}")
-    _planes(&p, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "max_pool2d")
-    _byte_strides(ind_strides, 4, DT_INT64, is_, "max_pool2d ind_strides")
-    if p.N * p.C * p.OH * p.OW == 0:
+        raise KernelArgumentError(f"max_pool: unsupported dtypes {_DTYPE_NAMES[xdt]} -> {_DTYPE_NAMES[ydt]}")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "max_pool")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "max_pool ind_strides")
+    if v.N * v.C * v.OD * v.OH * v.OW == 0:
         return
-    if p.H * p.W == 0:
-        raise KernelArgumentError("max_pool2d: empty input plane")
-    y = as_ptr(y_addr, "max_pool2d y_addr")
-    ind = as_ptr(ind_addr, "max_pool2d ind_addr")
-    x = as_ptr(x_addr, "max_pool2d x_addr")
+    if v.D * v.H * v.W == 0:
+        raise KernelArgumentError("max_pool: empty input plane")
+    y = as_ptr(y_addr, "max_pool y_addr")
+    ind = as_ptr(ind_addr, "max_pool ind_addr")
+    x = as_ptr(x_addr, "max_pool x_addr")
     split = _split_enabled
     with nogil:
-        _max_pool_run(&p, x, xdt, y, ydt, ind, is_, k, split)
-
-
-cdef Py_ssize_t _max_pool_backward(Planes* p, acc_t* acc, char* gi, int gdt, const char* go, int godt,
-                                   const char* ind, Py_ssize_t* is_, int64_t* bad) noexcept nogil:
-    """Returns 0, or 1 with bad[0] = the offending index."""
-    cdef Py_ssize_t n, c, oh, ow, plane = p.H * p.W, i, h
-    cdef int64_t idx
-    cdef acc_t g
-    for n in range(p.N):
-        for c in range(p.C):
-            for i in range(plane):
-                acc[i] = 0
-            for oh in range(p.OH):
-                for ow in range(p.OW):
-                    idx = ek_ld_i64(ind + n * is_[0] + c * is_[1] + oh * is_[2] + ow * is_[3])
-                    if idx < 0 or idx >= plane:
-                        bad[0] = idx
-                        return 1
-                    load_block(go + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0, godt, 1, &g)
-                    acc[idx] += g
-            for h in range(p.H):
-                store_block(acc + h * p.W, p.W, gdt, gi + n * p.xs[0] + c * p.xs[1] + h * p.xs[2], p.xs[3])
-    return 0
-
-
-def max_pool2d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
-                        ind_addr, ind_strides):
-    """grad_input (N, C, H, W) = scatter-add of grad_output (N, C, OH, OW) at the indices; an index
-    outside the plane raises KernelArgumentError."""
-    cdef int gdt = check_dtype(gi_dtype, "max_pool2d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "max_pool2d_backward go_dtype")
-    cdef Planes p
-    cdef Py_ssize_t is_[4]
-    cdef char* gi
-    cdef const char* go = NULL
-    cdef const char* ind = NULL
-    cdef void* acc
-    cdef int64_t bad = 0
-    cdef Py_ssize_t rc
-    _floating(gdt, "max_pool2d_backward")
-    _floating(godt, "max_pool2d_backward")
-    _planes(&p, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "max_pool2d_backward")
-    _byte_strides(ind_strides, 4, DT_INT64, is_, "max_pool2d_backward ind_strides")
-    if p.N * p.C * p.H * p.W == 0:
-        return
-    gi = as_ptr(gi_addr, "max_pool2d_backward gi_addr")
-    if p.OH * p.OW:
-        go = as_ptr(go_addr, "max_pool2d_backward go_addr")
-        ind = as_ptr(ind_addr, "max_pool2d_backward ind_addr")
-    else:
-        p.OH = p.OW = 0
-    acc = malloc(p.H * p.W * (8 if gdt == DT_FLOAT64 else 4))
-    if acc == NULL:
-        raise MemoryError("max_pool2d_backward: cannot allocate the accumulator")
-    with nogil:
-        if gdt == DT_FLOAT64:
-            rc = _max_pool_backward(&p, <double*>acc, gi, gdt, go, godt, ind, is_, &bad)
-        else:
-            rc = _max_pool_backward(&p, <float*>acc, gi, gdt, go, godt, ind, is_, &bad)
-    free(acc)
-    if rc:
-        raise KernelArgumentError(f"max_pool2d_backward: index {bad} is out of range for a plane of "
-                                  f"{p.H} x {p.W}")
-
-
-cdef struct AvgWindow:
-    Py_ssize_t kh, kw, sh, sw, ph, pw, divisor
-    bint include_pad
-
-
-cdef inline Py_ssize_t _avg_window(AvgWindow* a, Planes* p, Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t* h0,
-                                   Py_ssize_t* h1, Py_ssize_t* w0, Py_ssize_t* w1) noexcept nogil:
-    """CPU's avg_pool2d window: the clipped range and the divide factor (0: an empty window)."""
-    cdef Py_ssize_t ih0 = oh * a.sh - a.ph, iw0 = ow * a.sw - a.pw
-    cdef Py_ssize_t ih1 = ih0 + a.kh, iw1 = iw0 + a.kw, pool
-    if ih1 > p.H + a.ph:
-        ih1 = p.H + a.ph
-    if iw1 > p.W + a.pw:
-        iw1 = p.W + a.pw
-    pool = (ih1 - ih0) * (iw1 - iw0)
-    if ih0 < 0:
-        ih0 = 0
-    if iw0 < 0:
-        iw0 = 0
-    if ih1 > p.H:
-        ih1 = p.H
-    if iw1 > p.W:
-        iw1 = p.W
-    h0[0], h1[0], w0[0], w1[0] = ih0, ih1, iw0, iw1
-    if ih0 >= ih1 or iw0 >= iw1:
-        return 0
-    if a.divisor:
-        return a.divisor
-    return pool if a.include_pad else (ih1 - ih0) * (iw1 - iw0)
-
-
-cdef void _avg_pool(Planes* p, AvgWindow* a, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, h0, h1, w0, w1, ih, iw, div
-    cdef const char* plane
-    cdef acc_t s, v
-    for n in range(p.N):
-        for c in range(p.C):
-            plane = x + n * p.xs[0] + c * p.xs[1]
-            for oh in range(p.OH):
-                for ow in range(p.OW):
-                    div = _avg_window(a, p, oh, ow, &h0, &h1, &w0, &w1)
-                    s = zero
-                    if div:
-                        for ih in range(h0, h1):
-                            for iw in range(w0, w1):
-                                load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &v)
-                                s = s + v
-                        s = s / <acc_t>div
-                    store_block(&s, 1, ydt, y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0)
-
-
-cdef int _avg_args(AvgWindow* a, object window, object include_pad, object divisor, str what) except -1:
-    w = _ints(window, 6, what)
-    if w[0] <= 0 or w[1] <= 0 or w[2] <= 0 or w[3] <= 0 or w[4] < 0 or w[5] < 0:
-        raise KernelArgumentError(f"{what}: invalid window {tuple(w)!r}")
-    d = _ints((divisor,), 1, what)[0]    # any nonzero override, negative too (CPU divides by it)
-    a.kh, a.kw, a.sh, a.sw, a.ph, a.pw = w
-    a.divisor = d
-    a.include_pad = bool(include_pad)
-    return 0
-
-
-def avg_pool2d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape,
-               kh, kw, sh, sw, ph, pw, count_include_pad, divisor_override):
-    """y (N, C, OH, OW) = window means of x; ``divisor_override`` 0 = none."""
-    cdef int ydt = check_dtype(y_dtype, "avg_pool2d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "avg_pool2d x_dtype")
-    cdef Planes p
-    cdef AvgWindow a
-    cdef char* y
-    cdef const char* x = NULL
-    _floating(ydt, "avg_pool2d")
-    _floating(xdt, "avg_pool2d")
-    _avg_args(&a, (kh, kw, sh, sw, ph, pw), count_include_pad, divisor_override, "avg_pool2d")
-    _planes(&p, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "avg_pool2d")
-    if p.N * p.C * p.OH * p.OW == 0:
-        return
-    y = as_ptr(y_addr, "avg_pool2d y_addr")
-    if p.H * p.W:
-        x = as_ptr(x_addr, "avg_pool2d x_addr")
-    with nogil:
-        if ydt == DT_FLOAT64:
-            _avg_pool(&p, &a, x, xdt, y, ydt, <double>0)
-        else:
-            _avg_pool(&p, &a, x, xdt, y, ydt, <float>0)
-
-
-cdef void _avg_pool_backward(Planes* p, AvgWindow* a, acc_t* acc, char* gi, int gdt, const char* go,
-                             int godt) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, h0, h1, w0, w1, ih, iw, div, i, plane = p.H * p.W
-    cdef acc_t g
-    for n in range(p.N):
-        for c in range(p.C):
-            for i in range(plane):
-                acc[i] = 0
-            for oh in range(p.OH):
-                for ow in range(p.OW):
-                    div = _avg_window(a, p, oh, ow, &h0, &h1, &w0, &w1)
-                    if not div:
-                        continue
-                    load_block(go + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0, godt, 1, &g)
-                    g = g / <acc_t>div
-                    for ih in range(h0, h1):
-                        for iw in range(w0, w1):
-                            acc[ih * p.W + iw] += g
-            for i in range(p.H):
-                store_block(acc + i * p.W, p.W, gdt, gi + n * p.xs[0] + c * p.xs[1] + i * p.xs[2], p.xs[3])
-
-
-def avg_pool2d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
-                        kh, kw, sh, sw, ph, pw, count_include_pad, divisor_override):
-    cdef int gdt = check_dtype(gi_dtype, "avg_pool2d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "avg_pool2d_backward go_dtype")
-    cdef Planes p
-    cdef AvgWindow a
-    cdef char* gi
-    cdef const char* go = NULL
-    cdef void* acc
-    _floating(gdt, "avg_pool2d_backward")
-    _floating(godt, "avg_pool2d_backward")
-    _avg_args(&a, (kh, kw, sh, sw, ph, pw), count_include_pad, divisor_override, "avg_pool2d_backward")
-    _planes(&p, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "avg_pool2d_backward")
-    if p.N * p.C * p.H * p.W == 0:
-        return
-    gi = as_ptr(gi_addr, "avg_pool2d_backward gi_addr")
-    if p.OH * p.OW:
-        go = as_ptr(go_addr, "avg_pool2d_backward go_addr")
-    else:
-        p.OH = p.OW = 0
-    acc = malloc(p.H * p.W * (8 if gdt == DT_FLOAT64 else 4))
-    if acc == NULL:
-        raise MemoryError("avg_pool2d_backward: cannot allocate the accumulator")
-    with nogil:
-        if gdt == DT_FLOAT64:
-            _avg_pool_backward(&p, &a, <double*>acc, gi, gdt, go, godt)
-        else:
-            _avg_pool_backward(&p, &a, <float*>acc, gi, gdt, go, godt)
-    free(acc)
+        _max_pool_run(&v, x, xdt, y, ydt, ind, is_, k, split)
 
 
 cdef inline Py_ssize_t _start(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c) noexcept nogil:
@@ -384,110 +194,6 @@ cdef inline Py_ssize_t _start(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c) noexcept
 
 cdef inline Py_ssize_t _end(Py_ssize_t a, Py_ssize_t b, Py_ssize_t c) noexcept nogil:
     return 1 + ((a + 1) * c - 1) // b
-
-
-cdef void _adaptive_avg(Planes* p, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, h0, h1, w0, w1, ih, iw
-    cdef const char* plane
-    cdef acc_t s, v
-    for n in range(p.N):
-        for c in range(p.C):
-            plane = x + n * p.xs[0] + c * p.xs[1]
-            for oh in range(p.OH):
-                h0 = _start(oh, p.OH, p.H)
-                h1 = _end(oh, p.OH, p.H)
-                for ow in range(p.OW):
-                    w0 = _start(ow, p.OW, p.W)
-                    w1 = _end(ow, p.OW, p.W)
-                    s = zero
-                    for ih in range(h0, h1):
-                        for iw in range(w0, w1):
-                            load_block(plane + ih * p.xs[2] + iw * p.xs[3], 0, xdt, 1, &v)
-                            s = s + v
-                    s = s / <acc_t>(h1 - h0) / <acc_t>(w1 - w0)   # CPU divides twice
-                    store_block(&s, 1, ydt, y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0)
-
-
-def adaptive_avg_pool2d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape):
-    cdef int ydt = check_dtype(y_dtype, "adaptive_avg_pool2d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "adaptive_avg_pool2d x_dtype")
-    cdef Planes p
-    cdef char* y
-    cdef const char* x
-    _floating(ydt, "adaptive_avg_pool2d")
-    _floating(xdt, "adaptive_avg_pool2d")
-    _planes(&p, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_avg_pool2d")
-    if p.N * p.C * p.OH * p.OW == 0:
-        return
-    if p.H * p.W == 0:
-        raise KernelArgumentError("adaptive_avg_pool2d: empty input plane")
-    y = as_ptr(y_addr, "adaptive_avg_pool2d y_addr")
-    x = as_ptr(x_addr, "adaptive_avg_pool2d x_addr")
-    with nogil:
-        if ydt == DT_FLOAT64:
-            _adaptive_avg(&p, x, xdt, y, ydt, <double>0)
-        else:
-            _adaptive_avg(&p, x, xdt, y, ydt, <float>0)
-
-
-cdef void _adaptive_avg_backward(Planes* p, acc_t* acc, char* gi, int gdt, const char* go, int godt) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, h0, h1, w0, w1, ih, iw, i, plane = p.H * p.W
-    cdef acc_t g
-    for n in range(p.N):
-        for c in range(p.C):
-            for i in range(plane):
-                acc[i] = 0
-            for oh in range(p.OH):
-                h0 = _start(oh, p.OH, p.H)
-                h1 = _end(oh, p.OH, p.H)
-                for ow in range(p.OW):
-                    w0 = _start(ow, p.OW, p.W)
-                    w1 = _end(ow, p.OW, p.W)
-                    load_block(go + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0, godt, 1, &g)
-                    g = g / <acc_t>(h1 - h0) / <acc_t>(w1 - w0)
-                    for ih in range(h0, h1):
-                        for iw in range(w0, w1):
-                            acc[ih * p.W + iw] += g
-            for i in range(p.H):
-                store_block(acc + i * p.W, p.W, gdt, gi + n * p.xs[0] + c * p.xs[1] + i * p.xs[2], p.xs[3])
-
-
-def adaptive_avg_pool2d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
-                                 go_shape):
-    cdef int gdt = check_dtype(gi_dtype, "adaptive_avg_pool2d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "adaptive_avg_pool2d_backward go_dtype")
-    cdef Planes p
-    cdef char* gi
-    cdef const char* go
-    cdef void* acc
-    _floating(gdt, "adaptive_avg_pool2d_backward")
-    _floating(godt, "adaptive_avg_pool2d_backward")
-    _planes(&p, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "adaptive_avg_pool2d_backward")
-    if p.N * p.C * p.H * p.W == 0:
-        return
-    if p.OH * p.OW == 0:
-        raise KernelArgumentError("adaptive_avg_pool2d_backward: empty output plane")
-    gi = as_ptr(gi_addr, "adaptive_avg_pool2d_backward gi_addr")
-    go = as_ptr(go_addr, "adaptive_avg_pool2d_backward go_addr")
-    acc = malloc(p.H * p.W * (8 if gdt == DT_FLOAT64 else 4))
-    if acc == NULL:
-        raise MemoryError("adaptive_avg_pool2d_backward: cannot allocate the accumulator")
-    with nogil:
-        if gdt == DT_FLOAT64:
-            _adaptive_avg_backward(&p, <double*>acc, gi, gdt, go, godt)
-        else:
-            _adaptive_avg_backward(&p, <float*>acc, gi, gdt, go, godt)
-    free(acc)
-
-
-# =============================================================================================
-# Second block: N-d pooling, unpooling and separable interpolation.
-#
-# Every operand here is a 5-d (N, C, D, H, W) view: the host pads 1-d and 2-d operands with
-# leading unit spatial dims (stride 0), so one kernel serves every rank. Plane indices (max
-# pooling, unpooling) are flat d * H * W + h * W + w offsets, which equal CPU's 1-d/2-d
-# indices when the padded dims have extent 1. Floating work is done in float32 (float64 for
-# float64) and rounded once; backward passes accumulate one plane in that type.
 
 
 # Windows are [lo, hi) per spatial dim (d, h, w), walked by step; the helpers below serve every
@@ -549,107 +255,54 @@ cdef inline void _window_add(Vol* v, acc_t* acc, Py_ssize_t* lo, Py_ssize_t* hi,
                 acc[(id_ * v.H + ih) * v.W + iw] += g
 
 
-# -- max pooling with indices over (D, H, W) windows
+# -- adaptive max pooling with indices (CPU's adaptive windows, dense)
 
-cdef inline void _max_window3(Vol* v, Py_ssize_t* k, Py_ssize_t od, Py_ssize_t oh, Py_ssize_t ow,
-                              Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    """max_pool3d's dilated window of output voxel (od, oh, ow), lo moved to its first tap inside."""
-    cdef Py_ssize_t o[3]
-    cdef Py_ssize_t size[3]
-    cdef int i
-    o[0], o[1], o[2] = od, oh, ow
-    size[0], size[1], size[2] = v.D, v.H, v.W
-    for i in range(3):
-        lo[i] = o[i] * k[3 + i] - k[6 + i]
-        hi[i] = lo[i] + (k[i] - 1) * k[9 + i] + 1
-        if hi[i] > size[i]:
-            hi[i] = size[i]
-        while lo[i] < 0:
-            lo[i] += k[9 + i]
-
-
-cdef void _max_pool3(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
-                     Py_ssize_t* k, cmp_t lowest) noexcept nogil:
-    # k = kernel (3), stride (3), padding (3), dilation (3); NULL: CPU's adaptive windows
+cdef void _adaptive_max(Vol* v, const char* x, int xdt, char* y, int ydt, char* ind, Py_ssize_t* is_,
+                        cmp_t lowest) noexcept nogil:
     cdef Py_ssize_t n, c, od, oh, ow, idx
     cdef Py_ssize_t lo[3]
     cdef Py_ssize_t hi[3]
     cdef Py_ssize_t unit[3]
-    cdef Py_ssize_t* step = unit       # the dilation; adaptive windows are dense
     cdef cmp_t best
     unit[0] = unit[1] = unit[2] = 1
-    if k != NULL:
-        step = k + 9
     for n in range(v.N):
         for c in range(v.C):
             for od in range(v.OD):
                 for oh in range(v.OH):
                     for ow in range(v.OW):
-                        if k == NULL:
-                            _adaptive_window3(v, od, oh, ow, lo, hi)
-                        else:
-                            _max_window3(v, k, od, oh, ow, lo, hi)
-                        best = _window_max(v, x, xdt, n, c, lo, hi, step, lowest, &idx)
+                        _adaptive_window3(v, od, oh, ow, lo, hi)
+                        best = _window_max(v, x, xdt, n, c, lo, hi, unit, lowest, &idx)
                         store_block(&best, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
                         ek_st_i64(<char*>_ind_at(ind, is_, n, c, od, oh, ow), idx)
 
 
-cdef int _max_pool_entry(object y_addr, int ydt, object y_strides, object y_shape, object ind_addr,
-                         object ind_strides, object x_addr, int xdt, object x_strides, object x_shape, Py_ssize_t* k,
-                         str what) except -1:
-    """The rest of max_pool3d (k: its window) and adaptive_max_pool3d (k NULL) once their own
-    arguments are read: the shared checks, then the kernel."""
+def adaptive_max_pool(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype,
+                      x_strides, x_shape):
+    """y, indices (N, C, OD, OH, OW) = max over CPU's adaptive windows of x (N, C, D, H, W)."""
+    cdef int ydt = check_dtype(y_dtype, "adaptive_max_pool y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "adaptive_max_pool x_dtype")
     cdef Vol v
     cdef Py_ssize_t is_[5]
     cdef char* y
     cdef char* ind
     cdef const char* x
     if xdt == DT_BOOL or ydt != xdt:
-        raise KernelArgumentError(f"{what}: unsupported dtypes {_DTYPE_NAMES[xdt]} -> {_DTYPE_NAMES[ydt]}")
-    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, what)
-    _byte_strides(ind_strides, 5, DT_INT64, is_, f"{what} ind_strides")
+        raise KernelArgumentError(f"adaptive_max_pool: unsupported dtypes {_DTYPE_NAMES[xdt]} -> "
+                                  f"{_DTYPE_NAMES[ydt]}")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_max_pool")
+    _byte_strides(ind_strides, 5, DT_INT64, is_, "adaptive_max_pool ind_strides")
     if v.N * v.C * v.OD * v.OH * v.OW == 0:
-        return 0
+        return
     if v.D * v.H * v.W == 0:
-        raise KernelArgumentError(f"{what}: empty input plane")
-    y = as_ptr(y_addr, f"{what} y_addr")
-    ind = as_ptr(ind_addr, f"{what} ind_addr")
-    x = as_ptr(x_addr, f"{what} x_addr")
+        raise KernelArgumentError("adaptive_max_pool: empty input plane")
+    y = as_ptr(y_addr, "adaptive_max_pool y_addr")
+    ind = as_ptr(ind_addr, "adaptive_max_pool ind_addr")
+    x = as_ptr(x_addr, "adaptive_max_pool x_addr")
     with nogil:
         if is_floating(xdt):
-            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <double>-INFINITY)
+            _adaptive_max(&v, x, xdt, y, ydt, ind, is_, <double>-INFINITY)
         else:
-            _max_pool3(&v, x, xdt, y, ydt, ind, is_, k, <int64_t>INT64_MIN)
-    return 0
-
-
-def max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype, x_strides,
-               x_shape, window):
-    """y, indices (N, C, OD, OH, OW) = max over the windows of x (N, C, D, H, W); ``window`` = kernel,
-    stride, padding, dilation (3 ints each); indices are flat plane offsets. NaN propagates (the
-    last NaN wins, as CPU). Any dtype but bool; y has x's dtype."""
-    cdef int ydt = check_dtype(y_dtype, "max_pool3d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "max_pool3d x_dtype")
-    cdef Py_ssize_t k[12]
-    cdef int i
-    vals = _ints(window, 12, "max_pool3d window")
-    for i in range(12):
-        k[i] = vals[i]
-        if k[i] < 0 or (k[i] == 0 and not 6 <= i < 9):
-            raise KernelArgumentError(f"max_pool3d: invalid window {tuple(vals)!r}")
-    _max_pool_entry(y_addr, ydt, y_strides, y_shape, ind_addr, ind_strides, x_addr, xdt, x_strides, x_shape, k,
-                    "max_pool3d")
-
-
-# -- adaptive max pooling
-
-def adaptive_max_pool3d(y_addr, y_dtype, y_strides, y_shape, ind_addr, ind_strides, x_addr, x_dtype,
-                        x_strides, x_shape):
-    """y, indices (N, C, OD, OH, OW) = max over CPU's adaptive windows of x (N, C, D, H, W)."""
-    cdef int ydt = check_dtype(y_dtype, "adaptive_max_pool3d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "adaptive_max_pool3d x_dtype")
-    _max_pool_entry(y_addr, ydt, y_strides, y_shape, ind_addr, ind_strides, x_addr, xdt, x_strides, x_shape, NULL,
-                    "adaptive_max_pool3d")
+            _adaptive_max(&v, x, xdt, y, ydt, ind, is_, <int64_t>INT64_MIN)
 
 
 # -- the backward of every indexed max pooling: scatter-add at the indices
@@ -679,7 +332,7 @@ cdef Py_ssize_t _index_backward(Vol* v, acc_t* acc, char* gi, int gdt, const cha
 def pool_index_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
                         ind_addr, ind_strides):
     """grad_input (N, C, D, H, W) = scatter-add of grad_output (N, C, OD, OH, OW) at the flat plane
-    indices (max_pool3d, adaptive and fractional max pooling); an index outside the plane raises."""
+    indices (max, adaptive max and fractional max pooling of every rank); an index outside the plane raises."""
     cdef int gdt = check_dtype(gi_dtype, "pool_index_backward gi_dtype")
     cdef int godt = check_dtype(go_dtype, "pool_index_backward go_dtype")
     cdef Vol v
@@ -784,7 +437,7 @@ cdef struct AvgWindow3:
 
 cdef inline Py_ssize_t _avg_window3(AvgWindow3* a, Vol* v, Py_ssize_t od, Py_ssize_t oh, Py_ssize_t ow,
                                     Py_ssize_t* lo, Py_ssize_t* hi) noexcept nogil:
-    """CPU's avg_pool3d window: the clipped ranges lo/hi (d, h, w) and the divide factor (0: empty)."""
+    """CPU's avg_pool window: the clipped ranges lo/hi (d, h, w) and the divide factor (0: empty)."""
     cdef Py_ssize_t o[3]
     cdef Py_ssize_t size[3]
     cdef Py_ssize_t i, pool = 1, count = 1
@@ -809,7 +462,7 @@ cdef inline Py_ssize_t _avg_window3(AvgWindow3* a, Vol* v, Py_ssize_t od, Py_ssi
 
 
 cdef void _avg_pool3(Vol* v, AvgWindow3* a, const char* x, int xdt, char* y, int ydt, acc_t zero) noexcept nogil:
-    """Window means of x over avg_pool3d's windows, or (a NULL) over CPU's adaptive ones."""
+    """Window means of x over avg_pool's windows, or (a NULL) over CPU's adaptive ones."""
     cdef Py_ssize_t n, c, od, oh, ow, div
     cdef Py_ssize_t lo[3]
     cdef Py_ssize_t hi[3]
@@ -842,25 +495,25 @@ cdef int _avg_args3(AvgWindow3* a, object window, object include_pad, object div
     return 0
 
 
-def avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, window,
+def avg_pool(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, window,
                count_include_pad, divisor_override):
     """y (N, C, OD, OH, OW) = window means of x; ``window`` = kernel, stride, padding (3 ints each);
     ``divisor_override`` 0 = none."""
-    cdef int ydt = check_dtype(y_dtype, "avg_pool3d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "avg_pool3d x_dtype")
+    cdef int ydt = check_dtype(y_dtype, "avg_pool y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "avg_pool x_dtype")
     cdef Vol v
     cdef AvgWindow3 a
     cdef char* y
     cdef const char* x = NULL
-    _floating(ydt, "avg_pool3d")
-    _floating(xdt, "avg_pool3d")
-    _avg_args3(&a, window, count_include_pad, divisor_override, "avg_pool3d")
-    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "avg_pool3d")
+    _floating(ydt, "avg_pool")
+    _floating(xdt, "avg_pool")
+    _avg_args3(&a, window, count_include_pad, divisor_override, "avg_pool")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "avg_pool")
     if v.N * v.C * v.OD * v.OH * v.OW == 0:
         return
-    y = as_ptr(y_addr, "avg_pool3d y_addr")
+    y = as_ptr(y_addr, "avg_pool y_addr")
     if v.D * v.H * v.W:
-        x = as_ptr(x_addr, "avg_pool3d x_addr")
+        x = as_ptr(x_addr, "avg_pool x_addr")
     with nogil:
         if ydt == DT_FLOAT64:
             _avg_pool3(&v, &a, x, xdt, y, ydt, <double>0)
@@ -896,27 +549,27 @@ cdef void _avg_pool3_backward(Vol* v, AvgWindow3* a, acc_t* acc, char* gi, int g
             _store_plane(v, acc, gi, gdt, n, c)
 
 
-def avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
+def avg_pool_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides, go_shape,
                         window, count_include_pad, divisor_override):
-    cdef int gdt = check_dtype(gi_dtype, "avg_pool3d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "avg_pool3d_backward go_dtype")
+    cdef int gdt = check_dtype(gi_dtype, "avg_pool_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "avg_pool_backward go_dtype")
     cdef Vol v
     cdef AvgWindow3 a
     cdef char* gi
     cdef const char* go = NULL
     cdef void* acc
-    _floating(gdt, "avg_pool3d_backward")
-    _floating(godt, "avg_pool3d_backward")
-    _avg_args3(&a, window, count_include_pad, divisor_override, "avg_pool3d_backward")
-    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "avg_pool3d_backward")
+    _floating(gdt, "avg_pool_backward")
+    _floating(godt, "avg_pool_backward")
+    _avg_args3(&a, window, count_include_pad, divisor_override, "avg_pool_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "avg_pool_backward")
     if v.N * v.C * v.D * v.H * v.W == 0:
         return
-    gi = as_ptr(gi_addr, "avg_pool3d_backward gi_addr")
+    gi = as_ptr(gi_addr, "avg_pool_backward gi_addr")
     if v.OD * v.OH * v.OW:
-        go = as_ptr(go_addr, "avg_pool3d_backward go_addr")
+        go = as_ptr(go_addr, "avg_pool_backward go_addr")
     else:
         v.OD = v.OH = v.OW = 0
-    acc = _plane_acc(&v, gdt, "avg_pool3d_backward")
+    acc = _plane_acc(&v, gdt, "avg_pool_backward")
     with nogil:
         if gdt == DT_FLOAT64:
             _avg_pool3_backward(&v, &a, <double*>acc, gi, gdt, go, godt)
@@ -927,21 +580,21 @@ def avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dty
 
 # -- adaptive average pooling
 
-def adaptive_avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape):
-    cdef int ydt = check_dtype(y_dtype, "adaptive_avg_pool3d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "adaptive_avg_pool3d x_dtype")
+def adaptive_avg_pool(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape):
+    cdef int ydt = check_dtype(y_dtype, "adaptive_avg_pool y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "adaptive_avg_pool x_dtype")
     cdef Vol v
     cdef char* y
     cdef const char* x
-    _floating(ydt, "adaptive_avg_pool3d")
-    _floating(xdt, "adaptive_avg_pool3d")
-    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_avg_pool3d")
+    _floating(ydt, "adaptive_avg_pool")
+    _floating(xdt, "adaptive_avg_pool")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "adaptive_avg_pool")
     if v.N * v.C * v.OD * v.OH * v.OW == 0:
         return
     if v.D * v.H * v.W == 0:
-        raise KernelArgumentError("adaptive_avg_pool3d: empty input plane")
-    y = as_ptr(y_addr, "adaptive_avg_pool3d y_addr")
-    x = as_ptr(x_addr, "adaptive_avg_pool3d x_addr")
+        raise KernelArgumentError("adaptive_avg_pool: empty input plane")
+    y = as_ptr(y_addr, "adaptive_avg_pool y_addr")
+    x = as_ptr(x_addr, "adaptive_avg_pool x_addr")
     with nogil:
         if ydt == DT_FLOAT64:
             _avg_pool3(&v, NULL, x, xdt, y, ydt, <double>0)
@@ -949,24 +602,24 @@ def adaptive_avg_pool3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_
             _avg_pool3(&v, NULL, x, xdt, y, ydt, <float>0)
 
 
-def adaptive_avg_pool3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
+def adaptive_avg_pool_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
                                  go_shape):
-    cdef int gdt = check_dtype(gi_dtype, "adaptive_avg_pool3d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "adaptive_avg_pool3d_backward go_dtype")
+    cdef int gdt = check_dtype(gi_dtype, "adaptive_avg_pool_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "adaptive_avg_pool_backward go_dtype")
     cdef Vol v
     cdef char* gi
     cdef const char* go
     cdef void* acc
-    _floating(gdt, "adaptive_avg_pool3d_backward")
-    _floating(godt, "adaptive_avg_pool3d_backward")
-    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "adaptive_avg_pool3d_backward")
+    _floating(gdt, "adaptive_avg_pool_backward")
+    _floating(godt, "adaptive_avg_pool_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "adaptive_avg_pool_backward")
     if v.N * v.C * v.D * v.H * v.W == 0:
         return
     if v.OD * v.OH * v.OW == 0:
-        raise KernelArgumentError("adaptive_avg_pool3d_backward: empty output plane")
-    gi = as_ptr(gi_addr, "adaptive_avg_pool3d_backward gi_addr")
-    go = as_ptr(go_addr, "adaptive_avg_pool3d_backward go_addr")
-    acc = _plane_acc(&v, gdt, "adaptive_avg_pool3d_backward")
+        raise KernelArgumentError("adaptive_avg_pool_backward: empty output plane")
+    gi = as_ptr(gi_addr, "adaptive_avg_pool_backward gi_addr")
+    go = as_ptr(go_addr, "adaptive_avg_pool_backward go_addr")
+    acc = _plane_acc(&v, gdt, "adaptive_avg_pool_backward")
     with nogil:
         if gdt == DT_FLOAT64:
             _avg_pool3_backward(&v, NULL, <double*>acc, gi, gdt, go, godt)

@@ -130,6 +130,13 @@ def test_relu_select_keeps_nan_and_negative_zero():
     assert np.array_equal(out, np.maximum(xi, 0))
 
 
+def _max_pool2d(pooling, y, ind, x, code, k, s, p):
+    """pooling.max_pool over the 5-d (N, C, 1, H, W) views of 2-d operands, a k x k window."""
+    y5, ind5, x5 = y[:, :, None], ind[:, :, None], x[:, :, None]
+    pooling.max_pool(y5.ctypes.data, code, _st(y5), y5.shape, ind5.ctypes.data, _st(ind5), x5.ctypes.data, code,
+                     _st(x5), x5.shape, (1, k, k, 1, s, s, 0, p, p, 1, 1, 1))
+
+
 def _pool_reference(x, k, s, p):
     n, c, h, w = x.shape
     oh, ow = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
@@ -157,8 +164,7 @@ def test_max_pool_selects_match_the_reference_with_nan_and_ties():
     for k, s, p in ((3, 2, 1), (2, 2, 0), (3, 1, 1)):
         want_y, want_i = _pool_reference(x, k, s, p)
         y, ind = np.zeros_like(want_y), np.zeros_like(want_i)
-        pooling.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data,
-                        D.FLOAT32, _st(x), x.shape, k, k, s, s, p, p, 1, 1)
+        _max_pool2d(pooling, y, ind, x, D.FLOAT32, k, s, p)
         assert np.array_equal(y, want_y, equal_nan=True) and np.array_equal(ind, want_i), (k, s, p)
 
 
@@ -303,8 +309,7 @@ def test_large_max_pool_split_over_two_threads_equals_one_thread(dtype, batch):
             pooling.set_split(split)
             y = np.zeros((x.shape[0], x.shape[1], 16, 17), dtype)
             ind = np.zeros(y.shape, np.int64)
-            pooling.max_pool2d(y.ctypes.data, code, _st(y), y.shape, ind.ctypes.data, _st(ind), x.ctypes.data, code,
-                            _st(x), x.shape, 3, 3, 2, 2, 1, 1, 1, 1)
+            _max_pool2d(pooling, y, ind, x, code, 3, 2, 1)
             got.append((y.tobytes(), ind.tobytes()))
     finally:
         pooling.set_split(True)
@@ -429,8 +434,7 @@ def test_a_max_pool_output_right_after_its_input_still_splits():
         pooling.set_split(split)
         before = pooling.split_jobs()
         try:
-            pooling.max_pool2d(y.ctypes.data, D.FLOAT32, _st(y), out_shape, ind.ctypes.data, _st(ind),
-                            x.ctypes.data, D.FLOAT32, _st(x), shape, 3, 3, 2, 2, 1, 1, 1, 1)
+            _max_pool2d(pooling, y, ind, x, D.FLOAT32, 3, 2, 1)
         finally:
             pooling.set_split(True)
         assert pooling.split_jobs() - before == (1 if split else 0)

@@ -19,7 +19,7 @@ import torch
 
 from torch_plugin._dtypes import SUPPORTED
 from torch_plugin.errors import refuse_in_projection, unsupported_dtype
-from torch_plugin.ops._common import common_device, current_stream, device_ref, rt
+from torch_plugin.ops._common import common_device, device_ref
 from torch_plugin.ops._overloads import Overloads
 from torch_plugin.ops._windows import (_AXES, _FLOAT_ONLY, _check_dtype_in, _empty, _floating_input, _ints_k,
                                        _launch5, _output, _suggest_format)
@@ -49,16 +49,6 @@ def _pool_output(size, k, pad, stride, dilation, ceil_mode) -> int:
     if ceil_mode and (out - 1) * stride >= size + pad:
         out -= 1
     return out
-
-
-def _pool_input(name: str, x) -> torch.Tensor:
-    """The (N, C, H, W) view of a 3-d or 4-d pooling input (CPU's checks)."""
-    if x.dim() not in (3, 4) or any(n == 0 for n in x.shape[-3:]) :
-        raise RuntimeError(f"{name}: Expected 3D or 4D (batch mode) tensor with optional 0 dim batch size for "
-                           f"input, but got: {list(x.shape)}" if x.dim() not in (3, 4) else
-                           f"{name}: Expected input's non-batch dimensions to have positive length, but input "
-                           f"has a shape of {list(x.shape)}")
-    return x.unsqueeze(0) if x.dim() == 3 else x
 
 
 def _pool_geometry(name, x, kernel_size, stride, padding, dilation, ceil_mode):
@@ -97,12 +87,20 @@ def _as4(t, batched: bool):
     return t if batched else t.unsqueeze(0)
 
 
+def _window5(window) -> tuple:
+    """The 5-d kernels' window (kernel, stride, padding[, dilation], each (d, h, w)) of a 2-d pooling's
+    (kh, kw, sh, sw, ph, pw[, dh, dw]): a unit depth window, no depth padding."""
+    fill = (1, 1, 0, 1)
+    return tuple(v for i in range(len(window) // 2) for v in (fill[i],) + tuple(window[2 * i:2 * i + 2]))
+
+
 def _max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, out=None, indices=None):
     name = "aten::max_pool2d_with_indices"
     device = common_device(name, x)
     if x.dtype not in SUPPORTED or x.dtype == torch.bool:
         raise unsupported_dtype(name, x.dtype, SUPPORTED - {torch.bool})
-    x4 = _pool_input(name, x)
+    batched = _pool_input_k(name, x, 2)
+    x4 = _as4(x, batched)
     window, (oh, ow) = _pool_geometry(name, x4, kernel_size, stride, padding, dilation, ceil_mode)
     shape = tuple(x.shape[:-2]) + (oh, ow)
     if indices is not None and indices.dtype != torch.int64:
@@ -110,9 +108,7 @@ def _max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode, out=None, 
     out = _output(name, out, shape, x.dtype, device, x4, x)
     indices = _output(name, indices, shape, torch.int64, device, x4, x, out)
     if out.numel():
-        batched = x.dim() == 4
-        rt().launch("max_pool2d", (device_ref(_as4(out, batched)), device_ref(_as4(indices, batched)),
-                                   device_ref(x4)) + window, current_stream(device))
+        _launch5("max_pool", device, 2, batched, (out, indices, x), _window5(window))
     return out, indices
 
 
@@ -140,7 +136,8 @@ def _max_pool2d_backward(grad_output, x, kernel_size, stride, padding, dilation,
     name = "aten::max_pool2d_with_indices_backward"
     device = common_device(name, grad_output, x, indices)
     _floating_input(name, x)
-    x4 = _pool_input(name, x)
+    batched = _pool_input_k(name, x, 2)
+    x4 = _as4(x, batched)
     _, (oh, ow) = _pool_geometry(name, x4, kernel_size, stride, padding, dilation, ceil_mode)
     expected = tuple(x.shape[:-2]) + (oh, ow)
     _check_grad(name, grad_output, expected, x.dtype)
@@ -149,10 +146,7 @@ def _max_pool2d_backward(grad_output, x, kernel_size, stride, padding, dilation,
                            f"{list(indices.shape)}")
     grad_input = _output(name, grad_input, x.shape, x.dtype, device, x4, grad_output, x, indices)
     if grad_input.numel():
-        batched = x.dim() == 4
-        rt().launch("max_pool2d_backward", (device_ref(_as4(grad_input, batched)),
-                                            device_ref(_as4(grad_output, batched)),
-                                            device_ref(_as4(indices, batched))), current_stream(device))
+        _launch5("pool_index_backward", device, 2, batched, (grad_input, grad_output, indices))
     return grad_input
 
 
@@ -189,12 +183,12 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     name = "aten::avg_pool2d"
     device = common_device(name, x)
     _floating_input(name, x)
-    x4 = _pool_input(name, x)
+    batched = _pool_input_k(name, x, 2)
+    x4 = _as4(x, batched)
     window, (oh, ow), divisor = _avg_window(name, x4, kernel_size, stride, padding, ceil_mode, divisor_override)
     out = _output(name, out, tuple(x.shape[:-2]) + (oh, ow), x.dtype, device, x4, x)
     if out.numel():
-        rt().launch("avg_pool2d", (device_ref(_as4(out, x.dim() == 4)), device_ref(x4)) + window +
-                    (bool(count_include_pad), divisor), current_stream(device))
+        _launch5("avg_pool", device, 2, batched, (out, x), _window5(window) + (bool(count_include_pad), divisor))
     return out
 
 
@@ -215,15 +209,14 @@ def _avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode
     name = "aten::avg_pool2d_backward"
     device = common_device(name, grad_output, x)
     _floating_input(name, x)
-    x4 = _pool_input(name, x)
+    batched = _pool_input_k(name, x, 2)
+    x4 = _as4(x, batched)
     window, (oh, ow), divisor = _avg_window(name, x4, kernel_size, stride, padding, ceil_mode, divisor_override)
     _check_grad(name, grad_output, tuple(x.shape[:-2]) + (oh, ow), x.dtype)
     grad_input = _output(name, grad_input, x.shape, x.dtype, device, x4, grad_output, x)
     if grad_input.numel():
-        batched = x.dim() == 4
-        rt().launch("avg_pool2d_backward", (device_ref(_as4(grad_input, batched)),
-                                            device_ref(_as4(grad_output, batched))) + window +
-                    (bool(count_include_pad), divisor), current_stream(device))
+        _launch5("avg_pool_backward", device, 2, batched, (grad_input, grad_output),
+                 _window5(window) + (bool(count_include_pad), divisor))
     return grad_input
 
 
@@ -264,8 +257,7 @@ def _adaptive_avg_pool2d(x, output_size, out=None):
     x4, size = _adaptive_input(name, x, output_size)
     out = _output(name, out, tuple(x.shape[:-2]) + size, x.dtype, device, x4, x)
     if out.numel():
-        rt().launch("adaptive_avg_pool2d", (device_ref(_as4(out, x.dim() == 4)), device_ref(x4)),
-                    current_stream(device))
+        _launch5("adaptive_avg_pool", device, 2, x.dim() == 4, (out, x))
     return out
 
 
@@ -291,10 +283,7 @@ def adaptive_avg_pool2d_backward(grad_output, self):
     _check_grad(name, grad_output, grad_output.shape, self.dtype)
     grad_input = _empty(self.shape, self.dtype, device, _suggest_format(x4))
     if grad_input.numel():
-        batched = self.dim() == 4
-        rt().launch("adaptive_avg_pool2d_backward", (device_ref(_as4(grad_input, batched)),
-                                                     device_ref(_as4(grad_output, batched))),
-                    current_stream(device))
+        _launch5("adaptive_avg_pool_backward", device, 2, self.dim() == 4, (grad_input, grad_output))
     return grad_input
 
 
@@ -360,7 +349,7 @@ def _max_pool3d(x, kernel_size, stride, padding, dilation, ceil_mode, out=None, 
     out = _output(name, out, shape, x.dtype, device, x, x)
     indices = _indices_out(name, indices, shape, device, x, x, out)
     if out.numel():
-        _launch5("max_pool3d", device, 3, batched, (out, indices, x), kernel + stride + padding + dilation)
+        _launch5("max_pool", device, 3, batched, (out, indices, x), kernel + stride + padding + dilation)
     return out, indices
 
 
@@ -437,7 +426,7 @@ def _adaptive_max(k, x, output_size, out=None, indices=None):
     out = _output(name, out, shape, x.dtype, device, x, x)
     indices = _indices_out(name, indices, shape, device, x, x, out)
     if out.numel():
-        _launch5("adaptive_max_pool3d", device, k, x.dim() == k + 2, (out, indices, x))
+        _launch5("adaptive_max_pool", device, k, x.dim() == k + 2, (out, indices, x))
     return out, indices
 
 
@@ -583,7 +572,7 @@ def _avg_pool3d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
                                       divisor_override)
     out = _output(name, out, tuple(x.shape[:-3]) + osz, x.dtype, device, x, x)
     if out.numel():
-        _launch5("avg_pool3d", device, 3, batched, (out, x), window)
+        _launch5("avg_pool", device, 3, batched, (out, x), window)
     return out
 
 
@@ -608,7 +597,7 @@ def _avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode
     _check_grad(name, grad_output, tuple(x.shape[:-3]) + osz, x.dtype)
     grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x)
     if grad_input.numel():
-        _launch5("avg_pool3d_backward", device, 3, batched, (grad_input, grad_output), window)
+        _launch5("avg_pool_backward", device, 3, batched, (grad_input, grad_output), window)
     return grad_input
 
 
@@ -645,7 +634,7 @@ def _adaptive_avg_pool3d(x, output_size, out=None):
         raise RuntimeError("adaptive_avg_pool3d: elements of output_size must be greater than or equal to 0")
     out = _output(name, out, tuple(x.shape[:-3]) + size, x.dtype, device, x, x)
     if out.numel():
-        _launch5("adaptive_avg_pool3d", device, 3, x.dim() == 5, (out, x))
+        _launch5("adaptive_avg_pool", device, 3, x.dim() == 5, (out, x))
     return out
 
 
@@ -670,7 +659,7 @@ def adaptive_avg_pool3d_backward(grad_output, self):
     _check_grad(name, grad_output, grad_output.shape, self.dtype)
     grad_input = _empty(self.shape, self.dtype, device, _suggest_format(self))
     if grad_input.numel():
-        _launch5("adaptive_avg_pool3d_backward", device, 3, self.dim() == 5, (grad_input, grad_output))
+        _launch5("adaptive_avg_pool_backward", device, 3, self.dim() == 5, (grad_input, grad_output))
     return grad_input
 
 
