@@ -27,13 +27,18 @@ def device(preset: str = "default", fidelity: str = "kernel", **over) -> CostDev
     return CostDevice(system(preset, **over).device, fidelity=fidelity)
 
 
+def contiguous_strides(shape) -> tuple:
+    """Row-major element strides of ``shape``."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
 def op(dtype: int, *shape, strides=None) -> Operand:
     if strides is None:
-        strides, step = [], 1
-        for n in reversed(shape):
-            strides.append(step)
-            step *= n
-        strides = tuple(reversed(strides))
+        strides = contiguous_strides(shape)
     return Operand(_address(), dtype, tuple(shape), tuple(strides))
 
 

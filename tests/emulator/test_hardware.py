@@ -1,6 +1,5 @@
 """The hardware description (emulator/config.py, docs/hardware.md): every field documented, config
 files that start from a preset, the h200 preset, and the EMU_FIDELITY setting."""
-import dataclasses
 import re
 from pathlib import Path
 
@@ -8,17 +7,9 @@ import pytest
 
 from emulator import config as C
 from emulator.errors import ConfigError
+from test_config import leaf_fields
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "hardware.md"
-
-
-def leaf_fields(cls, prefix=""):
-    for f in dataclasses.fields(cls):
-        name = f"{prefix}{f.name}"
-        if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(f.default_factory):
-            yield from leaf_fields(f.default_factory, name + ".")
-        else:
-            yield name, f
 
 
 def test_every_field_is_documented_with_its_unit_in_hardware_md():

@@ -3,7 +3,7 @@ aliased operands read once, strided walks charged per sector, gathers per sector
 from the tiling that fits the scratchpad and the cache."""
 import pytest
 
-from cost_helpers import BF16, F32, device, matmul, system
+from cost_helpers import BF16, F32, contiguous_strides, device, matmul, system
 from emulator import config as C
 from emulator import memory
 from emulator.errors import ConfigError
@@ -17,11 +17,7 @@ BASE = 1 << 40   # operands with distinct, non-overlapping addresses
 
 def at(slot, dtype, *shape, strides=None):
     if strides is None:
-        strides, step = [], 1
-        for n in reversed(shape):
-            strides.append(step)
-            step *= n
-        strides = tuple(reversed(strides))
+        strides = contiguous_strides(shape)
     return Operand(BASE + slot * (1 << 36), dtype, tuple(shape), tuple(strides))
 
 
