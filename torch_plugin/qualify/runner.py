@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from torch_plugin.qualify.suite import DEFAULT_POWER_MODE, Suite, Workload, load_suite
-from torch_plugin.qualify.worker import FORMAT
+from torch_plugin.qualify.worker import FORMAT, progress_bar
 
 WORKLOAD_TIMEOUT_S = 3600
 
@@ -50,7 +50,7 @@ def run_suite(suite_path, out_dir, only=None, progress: bool = True, log=sys.std
                          f"(workloads: {', '.join(w.name for w in suite.workloads)})")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bar = _bar(len(workloads), suite.name, progress)
+    bar = progress_bar(len(workloads), f"qualify {suite.name}", "workload", progress)
     failed = 0
     for workload in workloads:
         if bar is not None:
@@ -110,13 +110,3 @@ def _relative(path: str) -> str:
         return str(Path(path).resolve().relative_to(root))
     except ValueError:
         return str(path)
-
-
-def _bar(total: int, label: str, enabled: bool):
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, desc=f"qualify {label}", unit="workload", file=sys.stderr)

@@ -150,7 +150,7 @@ def measure(workload: Workload, progress: bool = True) -> dict:
     marks.clear()
     torch.emu.reset_peak_memory_stats()
     before = _last_traced_seq()
-    bar = _bar(workload.iterations, workload.name, progress)
+    bar = progress_bar(workload.iterations, f"  {workload.name} window", "step", progress, leave=False)
     with torch.emu.telemetry() as telemetry, torch.emu.profile() as prof:
         for _ in range(workload.iterations):
             step()
@@ -289,14 +289,16 @@ def git_state() -> dict:
             "git_dirty": None if status is None else bool(status.strip())}
 
 
-def _bar(total: int, label: str, enabled: bool):
+def progress_bar(total: int, desc: str, unit: str, enabled: bool, leave: bool = True):
+    """A tqdm bar on stderr (the runner's over workloads, a worker's over a window's steps); None
+    when disabled or without tqdm."""
     if not enabled:
         return None
     try:
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=f"  {label} window", unit="step", file=sys.stderr, leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
 
 
 def main(argv=None) -> int:
