@@ -225,23 +225,31 @@ def test_chrome_trace_structure(tmp_path):
         assert lanes[(start["pid"], start["tid"])] == "host thread"
 
 
+def trace_slices(prof, tmp_path, cat):
+    """{(pid, tid): [(start, end)]} of the exported trace's complete events of category ``cat``."""
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(path)
+    by_lane = {}
+    for e in json.loads(path.read_text())["traceEvents"]:
+        if e["ph"] == "X" and e["cat"] == cat:
+            by_lane.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    return by_lane
+
+
+def assert_lanes_disjoint(by_lane):
+    for spans in by_lane.values():
+        spans.sort()
+        for (_, end), (start, _) in zip(spans, spans[1:]):
+            assert start >= end - 1e-9
+
+
 def test_engine_lanes_hold_disjoint_events(tmp_path):
     xs = [torch.randn(128, 128) for _ in range(6)]
     with torch.emu.profile() as prof:
         for x in xs:
             x.to("emu", non_blocking=True)
         torch.emu.synchronize()
-    path = tmp_path / "trace.json"
-    prof.export_chrome_trace(path)
-    events = json.loads(path.read_text())["traceEvents"]
-    by_lane = {}
-    for e in events:
-        if e["ph"] == "X" and e["cat"] == "engine":
-            by_lane.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    for spans in by_lane.values():
-        spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
-            assert start >= end - 1e-9
+    assert_lanes_disjoint(trace_slices(prof, tmp_path, "engine"))
 
 
 # -- the roofline --------------------------------------------------------------------------------
@@ -263,15 +271,6 @@ def test_ring_lanes_hold_disjoint_events_under_launch_pipelining(tmp_path):
         for _ in range(6):
             x = x @ x * 0.01
         torch.emu.synchronize()
-    path = tmp_path / "trace.json"
-    prof.export_chrome_trace(path)
-    events = json.loads(path.read_text())["traceEvents"]
-    by_ring = {}
-    for e in events:
-        if e["ph"] == "X" and e["cat"] == "firmware":
-            by_ring.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    by_ring = trace_slices(prof, tmp_path, "firmware")
     assert sum(len(spans) for spans in by_ring.values()) >= 12
-    for spans in by_ring.values():
-        spans.sort()
-        for (_, end), (start, _) in zip(spans, spans[1:]):
-            assert start >= end - 1e-9
+    assert_lanes_disjoint(by_ring)
