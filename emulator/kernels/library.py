@@ -588,7 +588,7 @@ def _norm_cost(cycles_per_element: float, flops_per_element: int):
     return cost
 
 
-# -- indexing and data movement (indexing.pyx): wrappers. Variadic launch arguments carry
+# -- indexing.pyx, masking.pyx, layout.pyx, sorting.pyx: wrappers. Variadic launch arguments carry
 # what a descriptor cannot: the table's iteration strides and (operand, dim) per index.
 
 def _index_groups(rest, nidx: int, ndim: int):
@@ -652,30 +652,30 @@ def _where(out: Operand, cond: Operand, a, b, compute_dtype: int):
         keep_a, a = _immediate(a, compute_dtype, ndim)
     if type(b) is not Operand:
         keep_b, b = _immediate(b, compute_dtype, ndim)
-    _module('indexing').where(out.addr, out.dtype, out.strides, cond.addr, cond.dtype, cond.strides,
-                              a.addr, a.dtype, a.strides, b.addr, b.dtype, b.strides, out.shape, compute_dtype)
+    _module('masking').where(out.addr, out.dtype, out.strides, cond.addr, cond.dtype, cond.strides,
+                             a.addr, a.dtype, a.strides, b.addr, b.dtype, b.strides, out.shape, compute_dtype)
 
 
 def _count_nonzero(out: Operand, src: Operand):
-    _module('indexing').count_nonzero(out.addr, src.addr, src.dtype, src.strides, src.shape)
+    _module('masking').count_nonzero(out.addr, src.addr, src.dtype, src.strides, src.shape)
 
 
 def _nonzero(out: Operand, src: Operand, rows: int):
-    _module('indexing').nonzero(out.addr, out.strides, rows, src.addr, src.dtype, src.strides, src.shape)
+    _module('masking').nonzero(out.addr, out.strides, rows, src.addr, src.dtype, src.strides, src.shape)
 
 
 def _masked_select(out: Operand, src: Operand, mask: Operand, rows: int):
-    _module('indexing').masked_select(out.addr, out.strides[0] if out.strides else 1, rows, src.addr, src.dtype,
-                                      src.strides, mask.addr, mask.dtype, mask.strides, src.shape)
+    _module('masking').masked_select(out.addr, out.strides[0] if out.strides else 1, rows, src.addr, src.dtype,
+                                     src.strides, mask.addr, mask.dtype, mask.strides, src.shape)
 
 
 def _masked_scatter(out: Operand, mask: Operand, source: Operand):
-    _module('indexing').masked_scatter(out.addr, out.dtype, out.strides, mask.addr, mask.dtype, mask.strides,
-                                       source.addr, source.strides[0], source.numel, out.shape)
+    _module('masking').masked_scatter(out.addr, out.dtype, out.strides, mask.addr, mask.dtype, mask.strides,
+                                      source.addr, source.strides[0], source.numel, out.shape)
 
 
 def _flip(out: Operand, src: Operand, dim_mask: int):
-    _module('indexing').flip(out.addr, out.dtype, out.strides, src.addr, src.strides, out.shape, dim_mask)
+    _module('layout').flip(out.addr, out.dtype, out.strides, src.addr, src.strides, out.shape, dim_mask)
 
 
 def _sub_operand(o: Operand, starts, shape) -> Operand:
@@ -720,23 +720,23 @@ def _cat(out: Operand, dim: int, *inputs):
 
 
 def _tril_triu(out: Operand, src: Operand, diagonal: int, upper: bool):
-    _module('indexing').tril_triu(out.addr, out.dtype, out.strides, src.addr, src.strides, out.shape, diagonal, upper)
+    _module('layout').tril_triu(out.addr, out.dtype, out.strides, src.addr, src.strides, out.shape, diagonal, upper)
 
 
 def _pad(out: Operand, src: Operand, mode: int, *pads_before):
-    _module('indexing').pad(out.addr, out.strides, src.addr, src.strides, out.dtype, out.shape, src.shape,
-                            pads_before, mode, False)
+    _module('layout').pad(out.addr, out.strides, src.addr, src.strides, out.dtype, out.shape, src.shape,
+                          pads_before, mode, False)
 
 
 def _pad_backward(grad_input: Operand, grad_output: Operand, mode: int, *pads_before):
-    _module('indexing').pad(grad_output.addr, grad_output.strides, grad_input.addr, grad_input.strides,
-                            grad_input.dtype, grad_output.shape, grad_input.shape, pads_before, mode, True)
+    _module('layout').pad(grad_output.addr, grad_output.strides, grad_input.addr, grad_input.strides,
+                          grad_input.dtype, grad_output.shape, grad_input.shape, pads_before, mode, True)
 
 
 def _sort(values: Operand, indices: Operand, src: Operand, dim: int, descending: bool, algorithm: int = 0):
     """``algorithm``: 0 stable; 1 CPU's std::sort; 2/3 CPU's topk selection, sorted/unsorted."""
-    _module('indexing').sort(values.addr, values.strides, indices.addr, indices.strides, src.addr, src.dtype,
-                             src.strides, src.shape, dim, descending, values.shape[dim], algorithm)
+    _module('sorting').sort(values.addr, values.strides, indices.addr, indices.strides, src.addr, src.dtype,
+                            src.strides, src.shape, dim, descending, values.shape[dim], algorithm)
 
 
 def _sort_cost(device, values, indices, src, dim, descending, algorithm=0):
@@ -980,7 +980,7 @@ _LAPACK_KERNELS = (
 )
 
 
-# -- wrappers: selection, scans, searching, histograms (selection.pyx)
+# -- wrappers: selection, scans, searching, histograms (selection.pyx, binning.pyx, segment.pyx)
 def _order_stat(op: str, values: Operand, indices: Operand | None, src: Operand, dim_mask: int, k: int):
     """median / nanmedian / kthvalue / mode over the dims of ``dim_mask`` (bit d = dim d reduced);
     ``values`` / ``indices`` in keepdim form; ``indices`` None for the full median."""
@@ -1024,9 +1024,9 @@ def _search(out: Operand, values: Operand, seq: Operand, sorter: Operand | None,
         so_addr, so_strides, so_step = 0, (), 0
     else:
         so_addr, so_strides, so_step = sorter.addr, row(sorter), sorter.strides[-1] if sorter.strides else 1
-    _module('selection').search(out.addr, out.dtype, out.strides, values.addr, values.dtype, values.strides,
-                                seq.addr, seq.dtype, s_strides, s_step, seq_len, so_addr, so_strides, so_step,
-                                values.shape, common_dtype, right)
+    _module('binning').search(out.addr, out.dtype, out.strides, values.addr, values.dtype, values.strides,
+                              seq.addr, seq.dtype, s_strides, s_step, seq_len, so_addr, so_strides, so_step,
+                              values.shape, common_dtype, right)
 
 
 def _search_cost(device, out, values, seq, sorter, seq_len, common_dtype, right):
@@ -1040,8 +1040,8 @@ def _search_cost(device, out, values, seq, sorter, seq_len, common_dtype, right)
 def _histogram(hist: Operand, inp: Operand, weight: Operand | None, algorithm: int, density: bool, *edges):
     """``inp`` is (N, D); ``hist`` D-dimensional; one 1-D ``edges`` operand per dim."""
     w_addr, w_strides = (0, (0,)) if weight is None else (weight.addr, weight.strides)
-    _module('selection').histogram(hist.addr, hist.strides, inp.addr, inp.dtype, inp.strides, inp.shape[0], w_addr,
-                                   w_strides, algorithm, density, [(e.addr, e.strides[0], e.shape[0]) for e in edges])
+    _module('binning').histogram(hist.addr, hist.strides, inp.addr, inp.dtype, inp.strides, inp.shape[0], w_addr,
+                                 w_strides, algorithm, density, [(e.addr, e.strides[0], e.shape[0]) for e in edges])
 
 
 def _histogram_cost(device, hist, inp, weight, algorithm, density, *edges):
@@ -1058,16 +1058,16 @@ def _segment_reduce(out: Operand, data: Operand, lengths: Operand, offsets: bool
     """``data`` (outer, size_axis, inner), ``out`` (outer, nseg, inner), ``lengths`` (outer, nseg)
     or offsets (outer, nseg + 1): all contiguous."""
     outer, size_axis, inner = data.shape
-    _module('selection').segment_reduce(out.addr, data.addr, data.dtype, lengths.addr, lengths.dtype, outer,
-                                        size_axis, inner, out.shape[1], offsets, op, has_initial, initial)
+    _module('segment').segment_reduce(out.addr, data.addr, data.dtype, lengths.addr, lengths.dtype, outer,
+                                      size_axis, inner, out.shape[1], offsets, op, has_initial, initial)
 
 
 def _segment_reduce_backward(grad_input: Operand, grad: Operand, output: Operand, data: Operand, lengths: Operand,
                              offsets: bool, op: str, has_initial: bool, initial: float):
     outer, size_axis, inner = data.shape
-    _module('selection').segment_reduce_backward(grad_input.addr, grad.addr, output.addr, data.addr, data.dtype,
-                                                 lengths.addr, lengths.dtype, outer, size_axis, inner, grad.shape[1],
-                                                 offsets, op, has_initial, initial)
+    _module('segment').segment_reduce_backward(grad_input.addr, grad.addr, output.addr, data.addr, data.dtype,
+                                               lengths.addr, lengths.dtype, outer, size_axis, inner, grad.shape[1],
+                                               offsets, op, has_initial, initial)
 
 
 def _segment_cost(device, out, data, *rest):
@@ -1118,10 +1118,10 @@ def _logspace(out: Operand, steps: int, start: float, end: float, step: float, b
 
 
 
-# -- wrappers: indexing extras (indexing.pyx, second block)
+# -- wrappers: indexing extras (hashing.pyx, sorting.pyx, masking.pyx, indexing.pyx)
 def _hash_xor(out: Operand, src: Operand):
     """``out`` is described over src's shape, with stride 0 on the reduced dims."""
-    _module('indexing').hash_xor(out.addr, out.strides, src.addr, src.dtype, src.strides, src.shape)
+    _module('hashing').hash_xor(out.addr, out.strides, src.addr, src.dtype, src.strides, src.shape)
 
 
 def _hash_xor_cost(device, out, src):
@@ -1133,8 +1133,8 @@ def _hash_xor_cost(device, out, src):
 
 
 def _isin(out: Operand, elements: Operand, test: Operand, compute_dtype: int, invert: bool):
-    _module('indexing').isin(out.addr, out.strides, elements.addr, elements.dtype, elements.strides, elements.shape,
-                             test.addr, test.dtype, test.strides, test.shape, compute_dtype, invert)
+    _module('sorting').isin(out.addr, out.strides, elements.addr, elements.dtype, elements.strides, elements.shape,
+                            test.addr, test.dtype, test.strides, test.shape, compute_dtype, invert)
 
 
 def _isin_cost(device, out, elements, test, compute_dtype, invert):
@@ -1146,8 +1146,8 @@ def _isin_cost(device, out, elements, test, compute_dtype, invert):
 
 
 def _nonzero_static(out: Operand, src: Operand, size: int, fill_value: int):
-    _module('indexing').nonzero_static(out.addr, out.strides, size, fill_value, src.addr, src.dtype, src.strides,
-                                       src.shape)
+    _module('masking').nonzero_static(out.addr, out.strides, size, fill_value, src.addr, src.dtype, src.strides,
+                                      src.shape)
 
 
 def _repeat_interleave(out: Operand, repeats: Operand):
@@ -1157,14 +1157,14 @@ def _repeat_interleave(out: Operand, repeats: Operand):
 
 def _unique(values: Operand, inverse: Operand, counts: Operand, count: Operand, src: Operand, sort: bool,
             want_inverse: bool, want_counts: bool):
-    _module('indexing').unique(values.addr, inverse.addr, counts.addr, count.addr, src.addr, src.dtype, src.strides,
-                               src.shape, sort, want_inverse, want_counts)
+    _module('sorting').unique(values.addr, inverse.addr, counts.addr, count.addr, src.addr, src.dtype, src.strides,
+                              src.shape, sort, want_inverse, want_counts)
 
 
 def _unique_dim(firsts: Operand, inverse: Operand, counts: Operand, count: Operand, src: Operand, sort: bool):
     """``src`` is described with the unique dim first."""
-    _module('indexing').unique_dim(firsts.addr, inverse.addr, counts.addr, count.addr, src.addr, src.dtype,
-                                   src.strides, src.shape, sort)
+    _module('sorting').unique_dim(firsts.addr, inverse.addr, counts.addr, count.addr, src.addr, src.dtype,
+                                  src.strides, src.shape, sort)
 
 
 def _unique_dim_cost(device, firsts, inverse, counts, count, src, sort):
@@ -2007,7 +2007,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("softmax_backward", "vector", _softmax_backward, _vector_cost(3.0, 3)),
     Kernel("norm_forward", "vector", _norm_forward, _norm_cost(4.0, 7)),
     Kernel("norm_backward", "vector", _norm_backward, _norm_cost(6.0, 11)),
-    # -- indexing and data movement (indexing.pyx)
+    # -- indexing and data movement (indexing.pyx, masking.pyx, layout.pyx, sorting.pyx)
     Kernel("index_gather", "vector", _index_gather, _index_gather_cost),
     Kernel("index_scatter", "vector", _index_scatter, _index_scatter_cost),
     Kernel("where", "vector", _where, _vector_cost(1.0, 0)),
@@ -2038,7 +2038,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("complex_mul", "vector", _complex_mul, _vector_cost(2.0, 6)),
     # -- LAPACK linear algebra (lapack.pyx)
     *_LAPACK_KERNELS,
-    # -- selection, scans, searching, histograms (selection.pyx)
+    # -- selection, scans, searching, histograms (selection.pyx, binning.pyx, segment.pyx)
     Kernel("order_stat", "vector", _order_stat, _order_stat_cost),
     Kernel("cum_select", "vector", _cum_select, _cum_select_cost),
     Kernel("search", "vector", _search, _search_cost),
@@ -2052,7 +2052,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("geometric", "vector", _geometric, _vector_cost(20.0)),
     Kernel("multinomial", "vector", _multinomial, _multinomial_cost),
     Kernel("logspace", "vector", _logspace, _vector_cost(16.0)),
-    # -- indexing extras (indexing.pyx, second block)
+    # -- indexing extras (hashing.pyx, sorting.pyx, masking.pyx, indexing.pyx)
     Kernel("hash_xor", "vector", _hash_xor, _hash_xor_cost),
     Kernel("isin", "vector", _isin, _isin_cost),
     Kernel("nonzero_static", "vector", _nonzero_static, _data_dependent_cost),

@@ -1,12 +1,10 @@
-"""Indexing and data movement, lowered to the device's addressing unit (emulator/kernels/indexing.pyx).
+"""Indexing on emu, lowered to the device's addressing unit (emulator/kernels/indexing.pyx).
 
-Ops: cat; index_select, gather, ``x[idx]`` (index.Tensor); scatter (src / value, reduce add /
+Ops: index_select, gather, ``x[idx]`` (index.Tensor); scatter (src / value, reduce add /
 multiply), scatter_add, scatter_reduce (sum/prod/mean/amax/amin, include_self), index_add,
-index_copy, index_fill_, masked_fill_, index_put (``_index_put_impl_``, accumulate), masked_scatter_;
-embedding_dense_backward; nonzero, masked_select; flip, roll, tril/triu, reflection/replication
-padding (1d, 2d, and their backward); sort (stable), topk; where.self. The functional forms of
-index_fill, masked_fill, index_put, masked_scatter, embedding, sort, constant_pad_nd, repeat,
-argsort and one_hot are ATen composites of these.
+index_copy, index_fill_, index_put (``_index_put_impl_``, accumulate), index_reduce, take, put_;
+embedding_dense_backward; repeat_interleave.Tensor. The functional forms of index_fill,
+index_put, embedding and one_hot are ATen composites of these.
 
 Every op validates on the host what its metadata can tell (devices, dtypes, shapes, dims), with
 CPU's messages. Index values are data: checking them on the host would need a device->host
@@ -16,9 +14,11 @@ dimension 0 with size 3", "index out of range in self" for index_select / index_
 embedding); the firmware records a KERNEL_FAULT, sticky for the context and reported at the next
 synchronising call as ``torch.AcceleratorError`` (as nll_loss's targets are).
 
-Data-dependent output sizes (nonzero, masked_select, boolean-mask indexing) cost one
-synchronisation each: a kernel counts, the host reads the count (``item()``), a second kernel
-writes the output of that size.
+Host synchronisations: boolean-mask indexing (one count, ops/masking.py's nonzero),
+repeat_interleave without output_size (one read of the sum and min of the repeats).
+
+Left out: sparse gradients (embedding's sparse=True is a composite of other ops), and index
+dtypes other than int64/int32.
 """
 from __future__ import annotations
 
@@ -26,183 +26,18 @@ import warnings
 
 import torch
 
-from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
+from torch_plugin._dtypes import FLOATING
 from torch_plugin.errors import AROUND_SHAPE, refuse_in_projection, unsupported_dtype
-from torch_plugin.ops._common import (_byte_range, broadcast_shape, broadcast_strides, check_overlap, common_device,
-                                      current_stream, device_ref, empty_like_layout, prepare_out, resize_out,
-                                      rt)
+from torch_plugin.ops._common import broadcast_shape, broadcast_strides, check_overlap, common_device, device_ref
+from torch_plugin.ops._indexing_common import (_INT_INDEX, _OUT_OF_BOUNDS, _OUT_OF_RANGE, _REDUCE_CODES, _dtype_name,
+                                               _emu, _gather_launch, _launch, _on_device, _prepare_out, _ref1,
+                                               _scalar_value, _scatter_launch, _shape1, _supported, _vector_stride,
+                                               _wrap_dim, _zero_strides_except)
 from torch_plugin.ops.factories import _python_value
+from torch_plugin.ops.masking import _nonzero
+from torch_plugin.ops._overloads import Overloads
 
-_INT_INDEX = (torch.int64, torch.int32)
-_OUT_OF_BOUNDS = "index {index} is out of bounds for dimension {dim} with size {size}"
-_OUT_OF_RANGE = "index out of range in self"
-_REDUCE_CODES = {"sum": 1, "add": 1, "prod": 2, "multiply": 2, "amax": 3, "max": 3, "amin": 4, "min": 4, "mean": 5}
-
-
-def _emu(device: int) -> torch.device:
-    return torch.device("emu", device)
-
-
-def _launch(kernel: str, args: tuple, device: int) -> None:
-    rt().launch(kernel, args, current_stream(device))
-
-
-def _wrap_dim(dim: int, ndim: int) -> int:
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
-    return dim % n
-
-
-def _supported(name: str, *tensors) -> None:
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and t.dtype not in SUPPORTED:
-            raise unsupported_dtype(name, t.dtype, SUPPORTED)
-
-
-def _dtype_name(dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype))
-
-
-def _shape1(t: torch.Tensor):
-    """(shape, strides) of a tensor, a 0-dim one as one element of a vector (as ATen's kernels do)."""
-    if t.dim() == 0:
-        return (1,), (1,)
-    return tuple(t.shape), tuple(t.stride())
-
-
-def _ref1(t: torch.Tensor, shape=None, strides=None):
-    s, st = _shape1(t)
-    return device_ref(t, s if shape is None else shape, st if strides is None else strides)
-
-
-def _on_device(t: torch.Tensor, device: int) -> torch.Tensor:
-    """An index tensor given on the CPU (allowed for ``x[idx]``): copied to the device, not computed on."""
-    return t if t.device.type == "emu" else t.to(_emu(device))
-
-
-def _check_out_dtype(name: str, out: torch.Tensor, dtype) -> None:
-    if out.dtype != dtype:
-        raise RuntimeError(f"{name}: Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
-
-
-def _prepare_out(name: str, out, shape, dtype, device: int, *inputs):
-    if out is None:
-        return torch.empty(shape, dtype=dtype, device=_emu(device))
-    common_device(name, out, *[t for t in inputs if isinstance(t, torch.Tensor)])
-    _check_out_dtype(name, out, dtype)
-    resize_out(out, shape)
-    check_overlap(name, out, *inputs)
-    return out
-
-
-def _zero_strides_except(ndim: int, dim: int, stride: int) -> tuple:
-    return tuple(stride if d == dim else 0 for d in range(ndim))
-
-
-def _vector_stride(index: torch.Tensor) -> int:
-    return index.stride(0) if index.dim() == 1 else 0
-
-
-def _gather_launch(out, table, iter_strides, index_args, allow_negative, message, device) -> None:
-    """out[p] = table[p . iter_strides + sum idx[p] * table.stride(dim)]; index_args: [(ref, dim)]."""
-    tail = list(iter_strides)
-    for ref, dim in index_args:
-        tail += [ref, dim]
-    _launch("index_gather", (device_ref(out, *_shape1(out)), _ref1(table),
-                             allow_negative, message, len(index_args), *tail), device)
-
-
-def _scatter_launch(table, values, iter_strides, index_args, reduce, alpha, include_self, allow_negative,
-                    message, device) -> None:
-    tail = list(iter_strides)
-    for ref, dim in index_args:
-        tail += [ref, dim]
-    _launch("index_scatter", (_ref1(table), values, reduce, alpha, include_self, allow_negative, message,
-                              len(index_args), *tail), device)
-
-
-# ---------------------------------------------------------------------------------------------
-# cat
-
-def _cat_memory_format(tensors):
-    fmt = None
-    for t in tensors:
-        f = torch.channels_last if (t.dim() == 4 and not t.is_contiguous()
-                                    and t.is_contiguous(memory_format=torch.channels_last)) else \
-            torch.contiguous_format
-        if fmt is None:
-            fmt = f
-        elif fmt != f:
-            return torch.contiguous_format
-    return fmt or torch.contiguous_format
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    alo, ahi = _byte_range(a)
-    blo, bhi = _byte_range(b)
-    return alo < bhi and blo < ahi
-
-
-def _cat(tensors, dim, out=None):
-    name = "torch.cat()"
-    tensors = list(tensors)
-    if not tensors:
-        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
-    for i, t in enumerate(tensors):
-        if t.dim() == 0:
-            raise RuntimeError(f"zero-dimensional tensor (at position {i}) cannot be concatenated")
-    device = common_device("aten::cat", *tensors, *([out] if out is not None else []))
-    _supported("aten::cat", *tensors)
-    dtype = tensors[0].dtype
-    for t in tensors[1:]:
-        dtype = torch.promote_types(dtype, t.dtype)
-    # Legacy: a 1-D empty tensor is skipped whatever its neighbours' shapes (ATen's should_skip).
-    kept = [(i, t) for i, t in enumerate(tensors) if not (t.dim() == 1 and t.shape[0] == 0)]
-    if not kept:
-        shape = (0,)
-        d = 0
-    else:
-        ref_i, ref = kept[0]
-        d = _wrap_dim(dim, ref.dim())
-        size = 0
-        for i, t in kept:
-            if t.dim() != ref.dim():
-                raise RuntimeError(f"Tensors must have same number of dimensions: got {ref.dim()} and {t.dim()}")
-            for k in range(ref.dim()):
-                if k != d and t.shape[k] != ref.shape[k]:
-                    raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
-                                       f"{ref.shape[k]} but got size {t.shape[k]} for tensor number {i} in the list.")
-            size += t.shape[d]
-        shape = tuple(ref.shape[:d]) + (size,) + tuple(ref.shape[d + 1:])
-    if out is None:
-        out = torch.empty(shape, dtype=dtype, device=_emu(device),
-                          memory_format=_cat_memory_format([t for _, t in kept]) if kept else torch.contiguous_format)
-    else:
-        _supported("aten::cat", out)
-        if not torch.can_cast(dtype, out.dtype):
-            raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "  # CPU's type
-                            f"{_CAT_DTYPE_NAMES.get(out.dtype, out.dtype)}")
-        for i, t in enumerate(tensors):
-            if out.numel() and t.numel() and torch._C._is_alias_of(t, out) and _overlaps(t, out):
-                raise RuntimeError("torch.cat(): unsupported operation: the input tensors cannot refer to any of the "
-                                   f"output memory locations. Found overlap in input tensor {i}")
-        resize_out(out, shape)
-        check_overlap("aten::cat", out)
-    if out.numel() and kept:
-        _launch("cat", (device_ref(out), d, *[device_ref(t) for _, t in kept if t.numel()]), device)
-    return out
-
-
-def cat(tensors, dim=0):
-    return _cat(tensors, dim)
-
-
-def cat_out(tensors, dim=0, *, out):
-    return _cat(tensors, dim, out)
-
+OVERLOADS = Overloads(__name__)
 
 # ---------------------------------------------------------------------------------------------
 # index_select, gather, index.Tensor
@@ -236,17 +71,14 @@ def _index_select(x, dim, index, out=None):
     return out
 
 
+@OVERLOADS.implements("index_select")
 def index_select(self, dim, index):
     return _index_select(self, dim, index)
 
 
+@OVERLOADS.implements("index_select.out")
 def index_select_out(self, dim, index, *, out):
     return _index_select(self, dim, index, out)
-
-
-_CAT_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-                    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-                    torch.uint8: "Byte", torch.bool: "Bool"}
 
 
 def _check_gather_shapes(name: str, x, dim: int, index, src=None) -> None:
@@ -292,10 +124,12 @@ def _gather(x, dim, index, out=None):
     return out
 
 
+@OVERLOADS.implements("gather")
 def gather(self, dim, index, *, sparse_grad=False):
     return _gather(self, dim, index)
 
 
+@OVERLOADS.implements("gather.out")
 def gather_out(self, dim, index, *, sparse_grad=False, out):
     return _gather(self, dim, index, out)
 
@@ -380,10 +214,12 @@ def _index(x, indices, out=None):
     return out
 
 
+@OVERLOADS.implements("index.Tensor")
 def index_tensor(self, indices):
     return _index(self, indices)
 
 
+@OVERLOADS.implements("index.Tensor_out")
 def index_tensor_out(self, indices, *, out):
     return _index(self, indices, out)
 
@@ -444,6 +280,7 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     return self
 
 
+@OVERLOADS.implements("_index_put_impl_")
 def index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     return _index_put_impl_(self, indices, values, accumulate, unsafe)
 
@@ -498,62 +335,77 @@ def _old_reduce(reduce, src_is_tensor=False):
     return _REDUCE_CODES[reduce]
 
 
+@OVERLOADS.implements("scatter.src")
 def scatter_src(self, dim, index, src):
     return _scatter("scatter", self, dim, index, src, 0)
 
 
+@OVERLOADS.implements("scatter_.src")
 def scatter_src_(self, dim, index, src):
     return _scatter("scatter", self, dim, index, src, 0, inplace=True)
 
 
+@OVERLOADS.implements("scatter.src_out")
 def scatter_src_out(self, dim, index, src, *, out):
     return _scatter("scatter", self, dim, index, src, 0, out=out)
 
 
+@OVERLOADS.implements("scatter.value")
 def scatter_value(self, dim, index, value):
     return _scatter("scatter", self, dim, index, value, 0)
 
 
+@OVERLOADS.implements("scatter_.value")
 def scatter_value_(self, dim, index, value):
     return _scatter("scatter", self, dim, index, value, 0, inplace=True)
 
 
+@OVERLOADS.implements("scatter.value_out")
 def scatter_value_out(self, dim, index, value, *, out):
     return _scatter("scatter", self, dim, index, value, 0, out=out)
 
 
+@OVERLOADS.implements("scatter.reduce")
 def scatter_reduce_src(self, dim, index, src, *, reduce):
     return _scatter("scatter", self, dim, index, src, _old_reduce(reduce, True))
 
 
+@OVERLOADS.implements("scatter_.reduce")
 def scatter_reduce_src_(self, dim, index, src, *, reduce):
     return _scatter("scatter", self, dim, index, src, _old_reduce(reduce, True), inplace=True)
 
 
+@OVERLOADS.implements("scatter.reduce_out")
 def scatter_reduce_src_out(self, dim, index, src, *, reduce, out):
     return _scatter("scatter", self, dim, index, src, _old_reduce(reduce, True), out=out)
 
 
+@OVERLOADS.implements("scatter.value_reduce")
 def scatter_value_reduce(self, dim, index, value, *, reduce):
     return _scatter("scatter", self, dim, index, value, _old_reduce(reduce))
 
 
+@OVERLOADS.implements("scatter_.value_reduce")
 def scatter_value_reduce_(self, dim, index, value, *, reduce):
     return _scatter("scatter", self, dim, index, value, _old_reduce(reduce), inplace=True)
 
 
+@OVERLOADS.implements("scatter.value_reduce_out")
 def scatter_value_reduce_out(self, dim, index, value, *, reduce, out):
     return _scatter("scatter", self, dim, index, value, _old_reduce(reduce), out=out)
 
 
+@OVERLOADS.implements("scatter_add")
 def scatter_add(self, dim, index, src):
     return _scatter("scatter_add", self, dim, index, src, 1)
 
 
+@OVERLOADS.implements("scatter_add_")
 def scatter_add_(self, dim, index, src):
     return _scatter("scatter_add", self, dim, index, src, 1, inplace=True)
 
 
+@OVERLOADS.implements("scatter_add.out")
 def scatter_add_out(self, dim, index, src, *, out):
     return _scatter("scatter_add", self, dim, index, src, 1, out=out)
 
@@ -564,14 +416,17 @@ def _two_reduce(reduce):
     return _REDUCE_CODES[reduce]
 
 
+@OVERLOADS.implements("scatter_reduce.two")
 def scatter_reduce_two(self, dim, index, src, reduce, *, include_self=True):
     return _scatter("scatter_reduce", self, dim, index, src, _two_reduce(reduce), include_self)
 
 
+@OVERLOADS.implements("scatter_reduce_.two")
 def scatter_reduce_two_(self, dim, index, src, reduce, *, include_self=True):
     return _scatter("scatter_reduce", self, dim, index, src, _two_reduce(reduce), include_self, inplace=True)
 
 
+@OVERLOADS.implements("scatter_reduce.two_out")
 def scatter_reduce_two_out(self, dim, index, src, reduce, *, include_self=True, out):
     return _scatter("scatter_reduce", self, dim, index, src, _two_reduce(reduce), include_self, out=out)
 
@@ -651,41 +506,34 @@ def _index_accumulate(kind, self, dim, index, source, alpha=1, out=None, inplace
     return result
 
 
+@OVERLOADS.implements("index_add")
 def index_add(self, dim, index, source, *, alpha=1):
     return _index_accumulate("index_add", self, dim, index, source, alpha)
 
 
+@OVERLOADS.implements("index_add_")
 def index_add_(self, dim, index, source, *, alpha=1):
     return _index_accumulate("index_add", self, dim, index, source, alpha, inplace=True)
 
 
+@OVERLOADS.implements("index_add.out")
 def index_add_out(self, dim, index, source, *, alpha=1, out):
     return _index_accumulate("index_add", self, dim, index, source, alpha, out=out)
 
 
+@OVERLOADS.implements("index_copy")
 def index_copy(self, dim, index, source):
     return _index_accumulate("index_copy", self, dim, index, source)
 
 
+@OVERLOADS.implements("index_copy_")
 def index_copy_(self, dim, index, source):
     return _index_accumulate("index_copy", self, dim, index, source, inplace=True)
 
 
+@OVERLOADS.implements("index_copy.out")
 def index_copy_out(self, dim, index, source, *, out):
     return _index_accumulate("index_copy", self, dim, index, source, out=out)
-
-
-def _scalar_value(name: str, value, dtype, device: int):
-    """A fill value: a Python number checked like CPU's Scalar.to<T>(), a CPU 0-dim tensor read as
-    one, or a 0-dim emu tensor read by the kernel (as a broadcast operand: no synchronisation)."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() != 0:
-            raise RuntimeError(f"{name} only supports a 0-dimensional value tensor, but got tensor with "
-                               f"{value.dim()} dimension(s).")
-        if value.device.type == "emu":
-            return value
-        value = value.item()
-    return _python_value(value, dtype)
 
 
 def _index_fill_(self, dim, index, value):
@@ -715,194 +563,20 @@ def _index_fill_(self, dim, index, value):
     return self
 
 
+@OVERLOADS.implements("index_fill_.int_Scalar")
 def index_fill_int_scalar_(self, dim, index, value):
     return _index_fill_(self, dim, index, value)
 
 
+@OVERLOADS.implements("index_fill_.int_Tensor")
 def index_fill_int_tensor_(self, dim, index, value):
     return _index_fill_(self, dim, index, value)
 
 
 # ---------------------------------------------------------------------------------------------
-# where, masked_fill_
-
-def _select_operand(t, shape, device):
-    """A where() value operand: a device tensor broadcast to ``shape``, or an immediate number."""
-    if isinstance(t, torch.Tensor):
-        if t.device.type == "emu":
-            return device_ref(t, shape, broadcast_strides(t, shape))
-        return t.item()
-    return t
-
-
-def _where(cond, a, b, out=None):
-    name = "aten::where"
-    device = common_device(name, cond, a, b, *([out] if out is not None else []))
-    _supported(name, a, b)
-    if cond.dtype != torch.bool:
-        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
-                           f"{_dtype_name(cond.dtype)}")
-    dtype = torch.result_type(a, b)
-    if dtype not in SUPPORTED:
-        raise unsupported_dtype(name, dtype, SUPPORTED)
-    shape = broadcast_shape(tuple(cond.shape), tuple(a.shape), tuple(b.shape))
-    if out is None:
-        out = empty_like_layout(shape, dtype, device, a, b, cond)
-    else:
-        _supported(name, out)
-        prepare_out(name, out, shape, dtype)
-        check_overlap(name, out, cond, a, b)
-    if out.numel() == 0:
-        return out
-    cond = _on_device(cond, device)
-    _launch("where", (device_ref(out), device_ref(cond, shape, broadcast_strides(cond, shape)),
-                      _select_operand(a, shape, device), _select_operand(b, shape, device), TO_CODE[dtype]), device)
-    return out
-
-
-def where_self(condition, self, other):
-    return _where(condition, self, other)
-
-
-def where_self_out(condition, self, other, *, out):
-    return _where(condition, self, other, out)
-
-
-def _masked_fill_(self, mask, value):
-    name = "masked_fill_"
-    device = common_device(f"aten::{name}", self, mask, *([value] if isinstance(value, torch.Tensor) else []))
-    _supported(f"aten::{name}", self)
-    if mask.dtype != torch.bool:
-        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
-                           f"{str(mask.dtype).replace('torch.', '')}")
-    value = _scalar_value(name, value, self.dtype, device)
-    shape = tuple(self.shape)
-    if broadcast_shape(shape, tuple(mask.shape)) != shape:
-        raise RuntimeError(f"The expanded size of the tensor ({shape[-1] if shape else 1}) must match the existing "
-                           f"size ({mask.shape[-1]}) at non-singleton dimension {len(shape) - 1}.  Target sizes: "
-                           f"{list(shape)}.  Tensor sizes: {list(mask.shape)}")
-    if torch._debug_has_internal_overlap(self) == 1:
-        warnings.warn("Use of masked_fill_ on expanded tensors is deprecated. Please clone() the tensor before "
-                      "performing this operation. This also applies to advanced indexing e.g. tensor[mask] = scalar",
-                      UserWarning, stacklevel=4)
-    check_overlap(f"aten::{name}", self, mask)
-    if self.numel() == 0:
-        return self
-    if isinstance(value, torch.Tensor):
-        value = device_ref(value, shape, (0,) * len(shape))
-    mref = device_ref(mask, shape, broadcast_strides(mask, shape))
-    _launch("where", (device_ref(self), mref, value, device_ref(self), TO_CODE[self.dtype]), device)
-    return self
-
-
-def masked_fill_scalar_(self, mask, value):
-    return _masked_fill_(self, mask, value)
-
-
-def masked_fill_tensor_(self, mask, value):
-    return _masked_fill_(self, mask, value)
-
-
-# ---------------------------------------------------------------------------------------------
-# nonzero, masked_select, masked_scatter_
-
-def _count(t: torch.Tensor, shape=None, strides=None) -> int:
-    """Number of nonzero elements: a counting kernel, then one synchronising read of the count."""
-    device = t.get_device()
-    count = torch.empty((), dtype=torch.int64, device=_emu(device))
-    _launch("count_nonzero", (device_ref(count, (1,), (1,)), device_ref(t, shape, strides)), device)
-    return int(count.item())
-
-
-def _nonzero(x, out=None):
-    name = "aten::nonzero"
-    device = common_device(name, x, *([out] if out is not None else []))
-    _supported(name, x)
-    if out is not None and out.dtype != torch.int64:
-        raise RuntimeError(f"nonzero: Expected out tensor to have scalar type Long but got scalar type "
-                           f"{_dtype_name(out.dtype)}")
-    if x.numel():
-        refuse_in_projection(name, "its output size is the number of nonzero elements (data)", AROUND_SHAPE)
-    n = _count(x) if x.numel() else 0
-    shape = (n, x.dim())
-    if out is None:
-        out = torch.empty(shape, dtype=torch.int64, device=_emu(device))
-    else:
-        check_overlap(name, out, x)
-        if tuple(out.shape) != shape:
-            out.resize_(shape)  # ATen's nonzero_out resizes without a warning
-    if x.numel():
-        _launch("nonzero", (device_ref(out), device_ref(x), n), device)
-    return out
-
-
-def nonzero(self):
-    return _nonzero(self)
-
-
-def nonzero_out(self, *, out):
-    return _nonzero(self, out)
-
-
-def _masked_select(x, mask, out=None):
-    name = "aten::masked_select"
-    device = common_device(name, x, mask, *([out] if out is not None else []))
-    _supported(name, x)
-    if mask.dtype != torch.bool:
-        raise RuntimeError("masked_select: expected BoolTensor for mask")
-    if out is not None:
-        _check_out_dtype(name, out, x.dtype)
-    shape = broadcast_shape(tuple(x.shape), tuple(mask.shape))
-    mstrides = broadcast_strides(mask, shape)
-    if 0 not in shape:
-        refuse_in_projection(name, "its output size is the number of true mask elements (data)", AROUND_SHAPE)
-    n = _count(mask, shape, mstrides) if 0 not in shape else 0
-    if out is None:
-        out = torch.empty((n,), dtype=x.dtype, device=_emu(device))
-    else:
-        check_overlap(name, out, x, mask)
-        resize_out(out, (n,))
-    if n:
-        _launch("masked_select", (device_ref(out), device_ref(x, shape, broadcast_strides(x, shape)),
-                                  device_ref(mask, shape, mstrides), n), device)
-    return out
-
-
-def masked_select(self, mask):
-    return _masked_select(self, mask)
-
-
-def masked_select_out(self, mask, *, out):
-    return _masked_select(self, mask, out)
-
-
-def masked_scatter_(self, mask, source):
-    name = "aten::masked_scatter_"
-    device = common_device(name, self, mask, source)
-    _supported(name, self, source)
-    if mask.dtype != torch.bool:
-        raise RuntimeError(f"masked_scatter_ only supports boolean masks, but got mask with dtype "
-                           f"{str(mask.dtype).replace('torch.', '')}")
-    if self.dtype != source.dtype:
-        raise RuntimeError(f"masked_scatter_: expected self and source to have same dtypes but got "
-                           f"{_dtype_name(self.dtype)} and {_dtype_name(source.dtype)}")
-    shape = tuple(self.shape)
-    if broadcast_shape(shape, tuple(mask.shape)) != shape:
-        raise RuntimeError(f"masked_scatter_: mask of shape {list(mask.shape)} cannot be broadcast to self "
-                           f"of shape {list(shape)}")
-    check_overlap(name, self, mask, source)
-    if self.numel() == 0:
-        return self
-    flat = source if source.is_contiguous() else source.contiguous()
-    src_ref = device_ref(flat, (flat.numel(),), (1,))
-    _launch("masked_scatter", (device_ref(self), device_ref(mask, shape, broadcast_strides(mask, shape)), src_ref),
-            device)
-    return self
-
-
-# ---------------------------------------------------------------------------------------------
 # embedding_dense_backward
 
+@OVERLOADS.implements("embedding_dense_backward")
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
     name = "aten::embedding_dense_backward"
     device = common_device(name, grad_output, indices)
@@ -925,289 +599,8 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
 
 
 # ---------------------------------------------------------------------------------------------
-# flip, roll, tril/triu
+# index_reduce, take, put_: on the addressing unit (index_gather / index_scatter)
 
-def flip(self, dims):
-    name = "aten::flip"
-    device = common_device(name, self)
-    _supported(name, self)
-    wrapped = [_wrap_dim(d, self.dim()) for d in dims]
-    if len(set(wrapped)) != len(wrapped):
-        raise RuntimeError(f"dim {next(d for d in wrapped if wrapped.count(d) > 1)} appears multiple times in the "
-                           "list of dims")
-    out = empty_like_layout(tuple(self.shape), self.dtype, device, self)
-    if out.numel():
-        mask = sum(1 << d for d in wrapped if self.dim())
-        _launch("flip", (_ref1(out), _ref1(self), mask), device)
-    return out
-
-
-def roll(self, shifts, dims=()):
-    name = "aten::roll"
-    device = common_device(name, self)
-    _supported(name, self)
-    shifts, dims = list(shifts), list(dims)
-    if not dims:
-        if len(shifts) != 1:
-            raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
-        flat = self if self.is_contiguous() else self.contiguous()
-        return roll(flat.view(-1), shifts, [0]).view(self.shape)
-    if len(shifts) != len(dims):
-        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
-    per_dim = [0] * max(self.dim(), 1)
-    for s, d in zip(shifts, dims):
-        per_dim[_wrap_dim(d, self.dim())] += int(s)
-    out = torch.empty(self.shape, dtype=self.dtype, device=_emu(device))
-    if out.numel():
-        _launch("roll", (_ref1(out), _ref1(self), *per_dim), device)
-    return out
-
-
-def _tril_triu(name, self, diagonal, upper, out=None, inplace=False):
-    device = common_device(f"aten::{name}", self, *([out] if out is not None else []))
-    _supported(f"aten::{name}", self)
-    if self.dim() < 2:
-        raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
-    if inplace:
-        out = self
-    else:
-        out = _prepare_out(f"aten::{name}", out, tuple(self.shape), self.dtype, device, self) if out is not None \
-            else torch.empty(self.shape, dtype=self.dtype, device=_emu(device))
-    if out.numel():
-        _launch("tril_triu", (device_ref(out), device_ref(self), int(diagonal), upper), device)
-    return out
-
-
-def tril(self, diagonal=0):
-    return _tril_triu("tril", self, diagonal, False)
-
-
-def tril_(self, diagonal=0):
-    return _tril_triu("tril", self, diagonal, False, inplace=True)
-
-
-def tril_out(self, diagonal=0, *, out):
-    return _tril_triu("tril", self, diagonal, False, out=out)
-
-
-def triu(self, diagonal=0):
-    return _tril_triu("triu", self, diagonal, True)
-
-
-def triu_(self, diagonal=0):
-    return _tril_triu("triu", self, diagonal, True, inplace=True)
-
-
-def triu_out(self, diagonal=0, *, out):
-    return _tril_triu("triu", self, diagonal, True, out=out)
-
-
-# ---------------------------------------------------------------------------------------------
-# reflection / replication padding
-
-_PAD_MODES = {"reflection": 0, "replication": 1}
-
-
-def _pad_shape(kind, nd, self, padding):
-    """Output shape of a ``kind`` pad of the last ``nd`` dims, with CPU's checks."""
-    op = f"{kind}_pad{nd}d"
-    if len(padding) != 2 * nd:
-        raise RuntimeError(f"padding size is expected to be {2 * nd}")
-    allowed = (nd + 1, nd + 2)
-    if self.dim() not in allowed or any(s == 0 for s in self.shape[self.dim() - nd - 1 + (self.dim() == nd + 1):]):
-        raise RuntimeError(f"Expected {nd + 1}D or {nd + 2}D (batch mode) tensor with possibly 0 batch size and "
-                           f"other non-zero dimensions for input, but got: {list(self.shape)}")
-    shape = list(self.shape)
-    befores = []
-    for k in range(nd):
-        dim = self.dim() - 1 - k
-        lo, hi = padding[2 * k], padding[2 * k + 1]
-        size = self.shape[dim]
-        if kind == "reflection" and not (lo < size and hi < size):
-            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
-                               f"but got: padding ({lo}, {hi}) at dimension {dim} of input {list(self.shape)}")
-        shape[dim] = size + lo + hi
-        if shape[dim] < 1:
-            raise RuntimeError(f"input ({list(self.shape)}) is too small. Calculated output {shape[dim]}")
-        befores.insert(0, lo)
-    return op, tuple(shape), befores
-
-
-def _pad(kind, nd, self, padding, out=None):
-    op, shape, befores = _pad_shape(kind, nd, self, list(padding))
-    name = f"aten::{op}"
-    device = common_device(name, self, *([out] if out is not None else []))
-    _supported(name, self)
-    if self.dtype == torch.bool:
-        raise NotImplementedError(f"\"{op}\" not implemented for 'Bool'")
-    out = _prepare_out(name, out, shape, self.dtype, device, self)
-    if out.numel():
-        _launch("pad", (device_ref(out), device_ref(self), _PAD_MODES[kind], *befores), device)
-    return out
-
-
-def _pad_backward(kind, nd, grad_output, self, padding, grad_input=None):
-    op, shape, befores = _pad_shape(kind, nd, self, list(padding))
-    name = f"aten::{op}_backward"
-    device = common_device(name, grad_output, self, *([grad_input] if grad_input is not None else []))
-    _supported(name, grad_output)
-    if tuple(grad_output.shape) != shape:
-        raise RuntimeError(f"{name}: grad_output shape {list(grad_output.shape)} does not match the padded shape "
-                           f"{list(shape)}")
-    if grad_output.dtype not in FLOATING:
-        raise unsupported_dtype(name, grad_output.dtype, FLOATING)
-    grad_input = _prepare_out(name, grad_input, tuple(self.shape), grad_output.dtype, device, grad_output)
-    if grad_input.numel():
-        _launch("pad_backward", (device_ref(grad_input), device_ref(grad_output), _PAD_MODES[kind], *befores), device)
-    return grad_input
-
-
-def reflection_pad1d(self, padding):
-    return _pad("reflection", 1, self, padding)
-
-
-def reflection_pad1d_out(self, padding, *, out):
-    return _pad("reflection", 1, self, padding, out)
-
-
-def reflection_pad2d(self, padding):
-    return _pad("reflection", 2, self, padding)
-
-
-def reflection_pad2d_out(self, padding, *, out):
-    return _pad("reflection", 2, self, padding, out)
-
-
-def replication_pad1d(self, padding):
-    return _pad("replication", 1, self, padding)
-
-
-def replication_pad1d_out(self, padding, *, out):
-    return _pad("replication", 1, self, padding, out)
-
-
-def replication_pad2d(self, padding):
-    return _pad("replication", 2, self, padding)
-
-
-def replication_pad2d_out(self, padding, *, out):
-    return _pad("replication", 2, self, padding, out)
-
-
-def reflection_pad1d_backward(grad_output, self, padding):
-    return _pad_backward("reflection", 1, grad_output, self, padding)
-
-
-def reflection_pad1d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("reflection", 1, grad_output, self, padding, grad_input)
-
-
-def reflection_pad2d_backward(grad_output, self, padding):
-    return _pad_backward("reflection", 2, grad_output, self, padding)
-
-
-def reflection_pad2d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("reflection", 2, grad_output, self, padding, grad_input)
-
-
-def replication_pad1d_backward(grad_output, self, padding):
-    return _pad_backward("replication", 1, grad_output, self, padding)
-
-
-def replication_pad1d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("replication", 1, grad_output, self, padding, grad_input)
-
-
-def replication_pad2d_backward(grad_output, self, padding):
-    return _pad_backward("replication", 2, grad_output, self, padding)
-
-
-def replication_pad2d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("replication", 2, grad_output, self, padding, grad_input)
-
-
-# ---------------------------------------------------------------------------------------------
-# sort, topk
-
-# The device sort kernel's algorithms (emulator/kernels/indexing.pyx): equal keys come out in
-# CPU's order, whichever CPU's kernel would take for the call.
-_STABLE, _CPU_UNSTABLE, _CPU_TOPK, _CPU_TOPK_UNSORTED = 0, 1, 2, 3
-_RADIX_MIN = 32768   # at::internal::GRAIN_SIZE: CPU radix-sorts (stably) 1-D integers from here on
-
-
-def _sort_algorithm(self, stable, descending) -> int:
-    """CPU's choice: std::stable_sort when asked; its (stable) radix sort for an ascending 1-D
-    integer tensor of at least GRAIN_SIZE elements; std::sort otherwise."""
-    if stable:
-        return _STABLE
-    integral = not self.dtype.is_floating_point and not self.dtype.is_complex and self.dtype != torch.bool
-    if integral and self.dim() == 1 and not descending and self.numel() >= _RADIX_MIN:
-        return _STABLE
-    return _CPU_UNSTABLE
-
-
-def _sort(self, dim, descending, k, values=None, indices=None, name="aten::sort", algorithm=_STABLE):
-    tensors = [t for t in (self, values, indices) if t is not None]
-    device = common_device(name, *tensors)
-    _supported(name, self)
-    d = _wrap_dim(dim, self.dim())
-    shape = list(self.shape)
-    if self.dim():
-        shape[d] = k
-    shape = tuple(shape)
-    if values is None:
-        values = torch.empty(shape, dtype=self.dtype, device=_emu(device))
-        indices = torch.empty(shape, dtype=torch.int64, device=_emu(device))
-    else:
-        _check_out_dtype(name, values, self.dtype)
-        _check_out_dtype(name, indices, torch.int64)
-        resize_out(values, shape)
-        resize_out(indices, shape)
-        check_overlap(name, values, self)
-        check_overlap(name, indices, self)
-    if values.numel():
-        _launch("sort", (_ref1(values), _ref1(indices), _ref1(self), d if self.dim() else 0, bool(descending),
-                         algorithm), device)
-    return values, indices
-
-
-def sort_stable(self, *, stable=None, dim=-1, descending=False):
-    n = self.shape[_wrap_dim(dim, self.dim())] if self.dim() else 1
-    return _sort(self, dim, descending, n, algorithm=_sort_algorithm(self, stable, descending))
-
-
-def sort_values_stable(self, *, stable=None, dim=-1, descending=False, values, indices):
-    n = self.shape[_wrap_dim(dim, self.dim())] if self.dim() else 1
-    return _sort(self, dim, descending, n, values, indices, algorithm=_sort_algorithm(self, stable, descending))
-
-
-def _topk(self, k, dim, largest, values=None, indices=None, sorted=True):
-    d = _wrap_dim(dim, self.dim())
-    n = self.shape[d] if self.dim() else 1
-    if not 0 <= k <= n:
-        raise RuntimeError("selected index k out of range")
-    if self.dtype == torch.bool:
-        raise RuntimeError("topk does not support bool dtypes on CPU (nor on emu)")
-    return _sort(self, dim, largest, k, values, indices, name="aten::topk",
-                 algorithm=_CPU_TOPK if sorted else _CPU_TOPK_UNSORTED)
-
-
-def topk(self, k, dim=-1, largest=True, sorted=True):
-    return _topk(self, k, dim, largest, sorted=sorted)
-
-
-def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
-    return _topk(self, k, dim, largest, values, indices, sorted=sorted)
-
-
-# =============================================================================================
-# Second block: index_reduce, take, put_, repeat_interleave.Tensor, isin, nonzero_static,
-# _unique2 / unique_consecutive, hash_tensor.
-#
-# index_reduce, take and put_ run on the addressing unit above (index_gather / index_scatter);
-# the others have kernels of their own. Host synchronisations: repeat_interleave without
-# output_size (one read of sum and min of the repeats), _unique2 and unique_consecutive (one
-# read of the number of unique values; the outputs are then copied out of scratch buffers).
 
 _INDEX_REDUCE_CODES = {"prod": 2, "amax": 3, "amin": 4, "mean": 5}
 _index_reduce_warned = False
@@ -1254,14 +647,17 @@ def _index_reduce(self, dim, index, source, reduce, include_self, out=None, inpl
     return result
 
 
+@OVERLOADS.implements("index_reduce")
 def index_reduce(self, dim, index, source, reduce, *, include_self=True):
     return _index_reduce(self, dim, index, source, reduce, include_self)
 
 
+@OVERLOADS.implements("index_reduce_")
 def index_reduce_(self, dim, index, source, reduce, *, include_self=True):
     return _index_reduce(self, dim, index, source, reduce, include_self, inplace=True)
 
 
+@OVERLOADS.implements("index_reduce.out")
 def index_reduce_out(self, dim, index, source, reduce, *, include_self=True, out):
     return _index_reduce(self, dim, index, source, reduce, include_self, out=out)
 
@@ -1291,14 +687,17 @@ def _take(self, index, out=None):
     return result
 
 
+@OVERLOADS.implements("take")
 def take(self, index):
     return _take(self, index)
 
 
+@OVERLOADS.implements("take.out")
 def take_out(self, index, *, out):
     return _take(self, index, out)
 
 
+@OVERLOADS.implements("put_")
 def put_(self, index, source, accumulate=False):
     name = "aten::put_"
     device = common_device(name, self, index, source)
@@ -1332,6 +731,11 @@ def put_(self, index, source, accumulate=False):
     return self
 
 
+# ---------------------------------------------------------------------------------------------
+# repeat_interleave.Tensor: its own kernel; without output_size, one read of the repeats' sum and min
+
+
+@OVERLOADS.implements("repeat_interleave.Tensor")
 def repeat_interleave_tensor(repeats, *, output_size=None):
     name = "aten::repeat_interleave"
     device = common_device(name, repeats)
@@ -1355,211 +759,3 @@ def repeat_interleave_tensor(repeats, *, output_size=None):
     if n:
         _launch("repeat_interleave", (device_ref(out), device_ref(repeats)), device)
     return out
-
-
-def _isin(elements, test_elements, assume_unique=False, invert=False, out=None):
-    name = "aten::isin"
-    tensors = [t for t in (elements, test_elements, out) if isinstance(t, torch.Tensor)]
-    device = common_device(name, *tensors)
-    for t in (elements, test_elements):
-        if isinstance(t, torch.Tensor):
-            if t.dtype == torch.bool:
-                raise RuntimeError("Unsupported input type encountered for isin(): Bool")
-            _supported(name, t)
-    compute = torch.result_type(elements, test_elements)
-    if compute == torch.bool:
-        raise RuntimeError("Unsupported input type encountered for isin(): Bool")
-    if compute not in SUPPORTED:
-        raise unsupported_dtype(name, compute, SUPPORTED)
-    dev = _emu(device)
-    if not isinstance(elements, torch.Tensor):
-        elements = torch.full((), elements, dtype=compute, device=dev)
-    if not isinstance(test_elements, torch.Tensor):
-        test_elements = torch.full((), test_elements, dtype=compute, device=dev)
-    elements, test_elements = _on_device(elements, device), _on_device(test_elements, device)
-    shape = tuple(elements.shape)
-    if out is None:
-        result = empty_like_layout(shape, torch.bool, device, elements)
-    else:
-        _check_out_dtype("isin", out, torch.bool)
-        resize_out(out, shape)
-        check_overlap(name, out, elements, test_elements)
-        result = out
-    if result.numel() == 0:
-        return result
-    eshape, estrides = _shape1(elements)
-    tshape, tstrides = _shape1(test_elements)
-    _launch("isin", (device_ref(result, eshape, _shape1(result)[1]), device_ref(elements, eshape, estrides),
-                     device_ref(test_elements, tshape, tstrides), TO_CODE[compute], bool(invert)), device)
-    return result
-
-
-def isin_tensor_tensor(elements, test_elements, *, assume_unique=False, invert=False):
-    return _isin(elements, test_elements, assume_unique, invert)
-
-
-def isin_tensor_tensor_out(elements, test_elements, *, assume_unique=False, invert=False, out):
-    return _isin(elements, test_elements, assume_unique, invert, out)
-
-
-def isin_tensor_scalar(elements, test_element, *, assume_unique=False, invert=False):
-    return _isin(elements, test_element, assume_unique, invert)
-
-
-def isin_tensor_scalar_out(elements, test_element, *, assume_unique=False, invert=False, out):
-    return _isin(elements, test_element, assume_unique, invert, out)
-
-
-def isin_scalar_tensor(element, test_elements, *, assume_unique=False, invert=False):
-    return _isin(element, test_elements, assume_unique, invert)
-
-
-def isin_scalar_tensor_out(element, test_elements, *, assume_unique=False, invert=False, out):
-    return _isin(element, test_elements, assume_unique, invert, out)
-
-
-def _nonzero_static(self, size, fill_value=-1, out=None):
-    name = "aten::nonzero_static"
-    device = common_device(name, self, *([out] if out is not None else []))
-    _supported(name, self)
-    if size < 0:
-        raise RuntimeError("nonzero_static: 'size' must be an non-negative integer")
-    shape = (size, self.dim())
-    if out is None:
-        out = torch.empty(shape, dtype=torch.int64, device=_emu(device))
-    else:
-        if out.dtype != torch.int64:
-            raise RuntimeError(f"nonzero_static: Expected out tensor to have scalar type Long but got scalar type "
-                               f"{_dtype_name(out.dtype)}")
-        check_overlap(name, out, self)
-        if tuple(out.shape) != shape:
-            out.resize_(shape)
-    if out.numel():
-        _launch("nonzero_static", (device_ref(out), device_ref(self), int(size), int(fill_value)), device)
-    return out
-
-
-def nonzero_static(self, *, size, fill_value=-1):
-    return _nonzero_static(self, size, fill_value)
-
-
-def nonzero_static_out(self, *, size, fill_value=-1, out):
-    return _nonzero_static(self, size, fill_value, out)
-
-
-def _unique(name, self, sort, return_inverse, return_counts):
-    device = common_device(f"aten::{name}", self)
-    _supported(f"aten::{name}", self)
-    if self.numel():
-        refuse_in_projection(f"aten::{name}", "its output size is the number of distinct values (data)",
-                             AROUND_SHAPE)
-    dev = _emu(device)
-    n = self.numel()
-    values = torch.empty((n,), dtype=self.dtype, device=dev)
-    inverse = torch.empty(self.shape if return_inverse else (0,), dtype=torch.int64, device=dev)
-    counts = torch.empty((n,) if return_counts else (0,), dtype=torch.int64, device=dev)
-    if n == 0:
-        return values, inverse, counts
-    count = torch.empty((), dtype=torch.int64, device=dev)
-    _launch("unique", (device_ref(values), device_ref(inverse, (inverse.numel(),), (1,)),
-                       device_ref(counts, (counts.numel(),), (1,)), device_ref(count, (1,), (1,)), device_ref(self),
-                       bool(sort), bool(return_inverse), bool(return_counts)), device)
-    u = int(count.item())  # the one synchronisation: the output size is data
-    output = values[:u].clone()
-    counts = counts[:u].clone() if return_counts else counts
-    return output, inverse, counts
-
-
-def unique2(self, sorted=True, return_inverse=False, return_counts=False):
-    # CPU sorts whatever ``sorted`` says (its sort is faster than hashing), so does the device.
-    return _unique("_unique2", self, True, return_inverse, return_counts)
-
-
-def unique_consecutive(self, return_inverse=False, return_counts=False, dim=None):
-    if dim is not None and not (self.dim() == 1 and dim in (0, -1)):
-        return _unique_dim("unique_consecutive", self, dim, False)
-    return _unique("unique_consecutive", self, False, return_inverse, return_counts)
-
-
-def _unique_dim(name, self, dim, sort):
-    """Unique slices along ``dim``: the kernel finds the first slice of each group, inverse and
-    counts; the host reads the number of groups (one synchronisation) and gathers the output
-    slices with index_select. Returns inverse and counts always, as CPU's unique_dim does."""
-    device = common_device(f"aten::{name}", self)
-    _supported(f"aten::{name}", self)
-    refuse_in_projection(f"aten::{name}", "its output size is the number of distinct slices (data)", AROUND_SHAPE)
-    if self.dim() == 0:
-        from torch_plugin.errors import UnsupportedDtypeError
-        raise UnsupportedDtypeError(f"aten::{name}: a 0-dim tensor with dim= is not supported on emu "
-                                    "(supported: tensors of rank >= 1)")
-    d = _wrap_dim(dim, self.dim())
-    dev = _emu(device)
-    n = self.shape[d]
-    if n == 0:
-        return self.clone(), torch.empty((0,), dtype=torch.int64, device=dev), \
-            torch.empty((0,), dtype=torch.int64, device=dev)
-    if self.numel() == 0:
-        raise RuntimeError("There are 0 sized dimensions, and they aren't selected, so unique cannot be applied")
-    moved = self.movedim(d, 0)  # a view: slice a is moved[a]
-    firsts = torch.empty((n,), dtype=torch.int64, device=dev)
-    inverse = torch.empty((n,), dtype=torch.int64, device=dev)
-    counts = torch.empty((n,), dtype=torch.int64, device=dev)
-    count = torch.empty((), dtype=torch.int64, device=dev)
-    _launch("unique_dim", (device_ref(firsts), device_ref(inverse), device_ref(counts), device_ref(count, (1,), (1,)),
-                           device_ref(moved), bool(sort)), device)
-    u = int(count.item())  # the one synchronisation: the output size is data
-    return torch.index_select(self, d, firsts[:u]), inverse, counts[:u].clone()
-
-
-def unique_dim(self, dim, sorted=True, return_inverse=False, return_counts=False):
-    # CPU sorts whatever ``sorted`` says, and returns inverse and counts either way.
-    return _unique_dim("unique_dim", self, dim, True)
-
-
-def unique_dim_consecutive(self, dim, return_inverse=False, return_counts=False):
-    return _unique_dim("unique_dim_consecutive", self, dim, False)
-
-
-def _hash_tensor(self, dim=(), keepdim=False, mode=0, out=None):
-    name = "aten::hash_tensor"
-    device = common_device(name, self, *([out] if out is not None else []))
-    _supported(name, self)
-    if mode != 0:
-        raise RuntimeError(f"Unknown hash_tensor mode: {mode}")
-    nd = self.dim()
-    dims = list(range(nd)) if not dim else sorted({_wrap_dim(d, nd) for d in dim})
-    if self.numel() == 0:
-        if not dim:
-            raise RuntimeError("hash_tensor: Expected reduction dim to be specified for input.numel() == 0. "
-                               "Specify the reduction dim with the 'dim' argument.")
-        for d in dims:
-            if self.shape[d] == 0:
-                raise IndexError(f"hash_tensor: Expected reduction dim {d} to have non-zero size.")
-    keep_shape = tuple(1 if k in dims else n for k, n in enumerate(self.shape))
-    shape = keep_shape if keepdim else tuple(n for k, n in enumerate(self.shape) if k not in dims)
-    if out is None:
-        out = torch.empty(shape, dtype=torch.uint64, device=_emu(device))
-    else:
-        _check_out_dtype("hash_tensor", out, torch.uint64)
-        resize_out(out, shape)
-    if out.numel() == 0:
-        return out
-    bits = out.view(torch.int64)  # the same 64 bits; the kernel writes int64
-    if keepdim:
-        strides = tuple(0 if k in dims else st for k, st in enumerate(bits.stride()))
-    else:  # the kept dims take out's strides in order, the reduced ones 0
-        kept = iter(bits.stride())
-        strides = tuple(0 if k in dims else next(kept) for k in range(nd))
-    s_shape, s_strides = _shape1(self)
-    if nd == 0:
-        strides = (0,)
-    _launch("hash_xor", (device_ref(bits, s_shape, strides), device_ref(self, s_shape, s_strides)), device)
-    return out
-
-
-def hash_tensor(self, dim=(), *, keepdim=False, mode=0):
-    return _hash_tensor(self, dim, keepdim, mode)
-
-
-def hash_tensor_out(self, dim=(), *, keepdim=False, mode=0, out):
-    return _hash_tensor(self, dim, keepdim, mode, out)
