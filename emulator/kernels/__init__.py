@@ -4,7 +4,7 @@ Compiled (Cython) modules, imported explicitly by their users so that importing
 this package needs no compiled code:
 
 * ``strided``     -- copy_cast (strided copy with dtype conversion), fill
-* ``elementwise`` -- binary (add/sub/mul/div/maximum/minimum), unary (relu, exp, ...)
+* ``elementwise`` -- binary (add/sub/mul/div/maximum/minimum), unary (relu)
 * ``gemm``        -- matmul (out = beta*C + alpha*A@B through host BLAS)
 * ``random``      -- Philox4x32-10 uniform, normal, randint, bernoulli
 

@@ -12,13 +12,14 @@ Broadcasting arrives as 0 strides.  Rows are processed in blocks of BLOCK
 elements through small scratch buffers, so the inner loops are tight typed
 loops with the dtype/op dispatch hoisted out of them.
 
+``unary`` runs relu only; every other unary op is a row of the pointwise
+table (pointwise.pyx's unary_op).
+
 Left out: integer division / floor_divide / remainder, comparisons and
-bitwise ops, type promotion itself, and bit-exactness of transcendental
-functions (PyTorch uses SLEEF, this uses libm; both are within ~1 ulp).
+bitwise ops, and type promotion itself.
 """
 
-from libc.math cimport (fma, fmaf, exp, expf, log, logf, sqrt, sqrtf, tanh, tanhf,
-                        erf, erff, sin, sinf, cos, cosf, fabs, fabsf, NAN)
+from libc.math cimport fma, fmaf, NAN
 
 include "_common.pxi"
 include "_isa.pxi"
@@ -27,21 +28,13 @@ include "_pool.pxi"
 cdef enum:
     OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_MAX, OP_MIN
 
-cdef enum:
-    U_RELU, U_NEG, U_ABS, U_EXP, U_LOG, U_SQRT, U_RSQRT, U_RECIPROCAL
-    U_TANH, U_SIGMOID, U_SILU, U_GELU, U_GELU_TANH, U_SIN, U_COS
-
 _BINARY_OPS = {"add": OP_ADD, "sub": OP_SUB, "mul": OP_MUL, "div": OP_DIV,
                "maximum": OP_MAX, "minimum": OP_MIN}
-_UNARY_OPS = {"relu": U_RELU, "neg": U_NEG, "abs": U_ABS, "exp": U_EXP, "log": U_LOG,
-              "sqrt": U_SQRT, "rsqrt": U_RSQRT, "reciprocal": U_RECIPROCAL, "tanh": U_TANH,
-              "sigmoid": U_SIGMOID, "silu": U_SILU, "gelu": U_GELU, "gelu_tanh": U_GELU_TANH,
-              "sin": U_SIN, "cos": U_COS}
-# Unary ops that are defined for integer tensors without promotion.
-_INTEGER_UNARY = frozenset({U_RELU, U_NEG, U_ABS})
+# ``unary`` runs relu only: the other unary ops are rows of the pointwise table (pointwise.pyx).
+# relu keeps this kernel, and its cost in the kernel library, so its modelled time stays what it was.
+UNARY_OPS = ("relu",)
 
 BINARY_OPS = tuple(_BINARY_OPS)
-UNARY_OPS = tuple(_UNARY_OPS)
 
 
 # ---------------------------------------------------------------------------
@@ -368,108 +361,15 @@ def binary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides,
 
 # ---------------------------------------------------------------------------
 
-cdef void _unop(int op, acc_t* x, Py_ssize_t m) noexcept nogil:
+cdef void _relu(acc_t* x, Py_ssize_t m) noexcept nogil:
     cdef Py_ssize_t i
-    cdef acc_t v
-    if op == U_RELU:
-        # NaN and -0.0 pass through, like torch.relu. A select, not a branch: a branch on the
-        # sign of random data mispredicts every other element.
-        for i in range(m):
-            x[i] = 0 if x[i] < 0 else x[i]
-    elif op == U_NEG:
-        for i in range(m):
-            if acc_t is int64_t:
-                x[i] = <int64_t>(0 - <uint64_t>x[i])
-            else:
-                x[i] = -x[i]
-    elif op == U_ABS:
-        for i in range(m):
-            if acc_t is int64_t:
-                x[i] = <int64_t>(0 - <uint64_t>x[i]) if x[i] < 0 else x[i]
-            elif acc_t is float:
-                x[i] = fabsf(x[i])
-            else:
-                x[i] = fabs(x[i])
-    # The rest are floating-only (checked by the caller).
-    elif acc_t is float:
-        if op == U_EXP:
-            for i in range(m):
-                x[i] = expf(x[i])
-        elif op == U_LOG:
-            for i in range(m):
-                x[i] = logf(x[i])
-        elif op == U_SQRT:
-            for i in range(m):
-                x[i] = sqrtf(x[i])
-        elif op == U_RSQRT:
-            for i in range(m):
-                x[i] = 1.0 / sqrtf(x[i])
-        elif op == U_RECIPROCAL:
-            for i in range(m):
-                x[i] = 1.0 / x[i]
-        elif op == U_TANH:
-            for i in range(m):
-                x[i] = tanhf(x[i])
-        elif op == U_SIGMOID:
-            for i in range(m):
-                x[i] = 1.0 / (1.0 + expf(-x[i]))
-        elif op == U_SILU:
-            for i in range(m):
-                x[i] = x[i] / (1.0 + expf(-x[i]))
-        elif op == U_GELU:
-            for i in range(m):
-                x[i] = 0.5 * x[i] * (1.0 + erff(x[i] * <float>0.70710678118654752440))
-        elif op == U_GELU_TANH:
-            for i in range(m):
-                v = x[i]
-                x[i] = 0.5 * v * (1.0 + tanhf(<float>0.79788456080286535588 * (v + <float>0.044715 * v * v * v)))
-        elif op == U_SIN:
-            for i in range(m):
-                x[i] = sinf(x[i])
-        elif op == U_COS:
-            for i in range(m):
-                x[i] = cosf(x[i])
-    elif acc_t is double:
-        if op == U_EXP:
-            for i in range(m):
-                x[i] = exp(x[i])
-        elif op == U_LOG:
-            for i in range(m):
-                x[i] = log(x[i])
-        elif op == U_SQRT:
-            for i in range(m):
-                x[i] = sqrt(x[i])
-        elif op == U_RSQRT:
-            for i in range(m):
-                x[i] = 1.0 / sqrt(x[i])
-        elif op == U_RECIPROCAL:
-            for i in range(m):
-                x[i] = 1.0 / x[i]
-        elif op == U_TANH:
-            for i in range(m):
-                x[i] = tanh(x[i])
-        elif op == U_SIGMOID:
-            for i in range(m):
-                x[i] = 1.0 / (1.0 + exp(-x[i]))
-        elif op == U_SILU:
-            for i in range(m):
-                x[i] = x[i] / (1.0 + exp(-x[i]))
-        elif op == U_GELU:
-            for i in range(m):
-                x[i] = 0.5 * x[i] * (1.0 + erf(x[i] * 0.70710678118654752440))
-        elif op == U_GELU_TANH:
-            for i in range(m):
-                v = x[i]
-                x[i] = 0.5 * v * (1.0 + tanh(0.79788456080286535588 * (v + 0.044715 * v * v * v)))
-        elif op == U_SIN:
-            for i in range(m):
-                x[i] = sin(x[i])
-        elif op == U_COS:
-            for i in range(m):
-                x[i] = cos(x[i])
+    # NaN and -0.0 pass through, like torch.relu. A select, not a branch: a branch on the
+    # sign of random data mispredicts every other element.
+    for i in range(m):
+        x[i] = 0 if x[i] < 0 else x[i]
 
 
-cdef void _unary_rows(NdIter* it, char** ptrs, int op, int odt, int adt, int cdt, acc_t* x) noexcept nogil:
+cdef void _unary_rows(NdIter* it, char** ptrs, int odt, int adt, int cdt, acc_t* x) noexcept nogil:
     cdef Py_ssize_t n = iter_row_len(it), so = iter_row_stride(it, 0), sa = iter_row_stride(it, 1)
     cdef Py_ssize_t j, m
     while True:
@@ -479,7 +379,7 @@ cdef void _unary_rows(NdIter* it, char** ptrs, int op, int odt, int adt, int cdt
             load_block(ptrs[1] + j * sa, sa, adt, m, x)
             if adt != cdt:
                 round_block_to(x, m, cdt)
-            _unop(op, x, m)
+            _relu(x, m)
             if odt != cdt:
                 round_block_to(x, m, cdt)
             store_block(x, m, odt, ptrs[0] + j * so, so)
@@ -489,28 +389,21 @@ cdef void _unary_rows(NdIter* it, char** ptrs, int op, int odt, int adt, int cdt
 
 
 def unary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, shape, compute_dtype):
-    """out = cast<out>(op(cast<compute>(a))) elementwise over `shape`.
-
-    op: relu, neg, abs (any non-bool compute dtype); exp, log, sqrt, rsqrt,
-    reciprocal, tanh, sigmoid, silu, gelu (erf), gelu_tanh, sin, cos
-    (floating compute dtype only).
-    """
-    cdef int code, odt, adt, cdt
+    """out = cast<out>(op(cast<compute>(a))) elementwise over `shape`; op: relu (any non-bool
+    compute dtype). The op argument stays in the launch ABI (other unary ops are unary_op rows)."""
+    cdef int odt, adt, cdt
     cdef NdIter it
     cdef char* ptrs[2]
     cdef float fx[BLOCK]
     cdef double dx[BLOCK]
     cdef int64_t ix[BLOCK]
-    if op not in _UNARY_OPS:
+    if op not in UNARY_OPS:
         raise KernelArgumentError(f"unary: unknown op {op!r} (expected one of {UNARY_OPS})")
-    code = _UNARY_OPS[op]
     odt = check_dtype(out_dtype, "unary out_dtype")
     adt = check_dtype(a_dtype, "unary a_dtype")
     cdt = check_dtype(compute_dtype, "unary compute_dtype")
     if cdt == DT_BOOL:
         raise KernelArgumentError(f"unary: {op} is not supported for bool tensors")
-    if not is_floating(cdt) and code not in _INTEGER_UNARY:
-        raise KernelArgumentError(f"unary: {op} needs a floating compute dtype, got {_DTYPE_NAMES[cdt]}")
 
     iter_init(&it, shape, [out_strides, a_strides], [itemsize_of(odt), itemsize_of(adt)], "unary")
     if it.size == 0:
@@ -519,11 +412,11 @@ def unary(op, out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, shap
     ptrs[1] = as_ptr(a_addr, "unary a_addr")
     with nogil:
         if cdt == DT_FLOAT64:
-            _unary_rows(&it, ptrs, code, odt, adt, cdt, dx)
+            _unary_rows(&it, ptrs, odt, adt, cdt, dx)
         elif is_floating(cdt):
-            _unary_rows(&it, ptrs, code, odt, adt, cdt, fx)
+            _unary_rows(&it, ptrs, odt, adt, cdt, fx)
         else:
-            _unary_rows(&it, ptrs, code, odt, adt, cdt, ix)
+            _unary_rows(&it, ptrs, odt, adt, cdt, ix)
 
 
 # ---------------------------------------------------------------------------

@@ -314,49 +314,24 @@ def run_unary(op, a, out_code, compute):
 
 
 @pytest.mark.parametrize("code", [D.FLOAT32, D.FLOAT64, D.FLOAT16, D.BFLOAT16, D.INT8, D.UINT8, D.INT32, D.INT64])
-@pytest.mark.parametrize("op", ["relu", "neg", "abs"])
-def test_unary_exact_ops(op, code):
+def test_unary_relu_exact(code):
     a = tensors(code, (5, 13), 10)
     if code in FLOATS:
         a[0, :4] = [np.nan, -0.0, np.inf, -np.inf]
     if code == D.INT8:
         a[0, 0] = -128
-    got = run_unary(op, a.T, code, code)          # transposed input
-    want = from_torch(getattr(torch, op)(to_torch(a.T)))
+    got = run_unary("relu", a.T, code, code)      # transposed input
+    want = from_torch(torch.relu(to_torch(a.T)))
     assert_same(got, want)
 
 
-@pytest.mark.parametrize("code", FLOATS)
-@pytest.mark.parametrize("op", ["exp", "sqrt", "tanh", "sigmoid", "log", "silu", "gelu", "gelu_tanh",
-                                "sin", "cos", "rsqrt", "reciprocal"])
-def test_unary_transcendental_close_to_torch(op, code):
-    a = tensors(code, (300,), 11)
-    if op in ("sqrt", "log", "rsqrt"):
-        a = np.abs(a) + np.array(0.01, NP[code])
-    got = run_unary(op, a, code, code).astype(np.float64)
-    ta = to_torch(a)
-    if op == "gelu":
-        want = torch.nn.functional.gelu(ta)
-    elif op == "gelu_tanh":
-        want = torch.nn.functional.gelu(ta, approximate="tanh")
-    elif op == "silu":
-        want = torch.nn.functional.silu(ta)
-    else:
-        want = getattr(torch, op)(ta)
-    want = from_torch(want).astype(np.float64)
-    tol = {D.FLOAT16: 2e-3, D.BFLOAT16: 1.6e-2, D.FLOAT32: 3e-6, D.FLOAT64: 1e-13}[code]
-    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
-
-
-def test_unary_errors_and_int_to_float():
+def test_unary_errors():
     b = np.array([True, False])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not supported for bool"):
         run_unary("relu", b, D.BOOL, D.BOOL)
-    i = np.array([1, 2, 3], np.int32)
-    with pytest.raises(ValueError):
-        run_unary("exp", i, D.INT32, D.INT32)
-    got = run_unary("exp", i, D.FLOAT32, D.FLOAT32)     # caller promoted int -> float
-    np.testing.assert_allclose(got, torch.exp(to_torch(i)).numpy(), rtol=1e-6)
+    x = np.array([1.0, 2.0], np.float32)
+    with pytest.raises(ValueError, match=r"unknown op 'exp' \(expected one of \('relu',\)\)"):
+        run_unary("exp", x, D.FLOAT32, D.FLOAT32)      # the pointwise table's unary_op runs exp
 
 
 # ---------------------------------------------------------------- gemm
