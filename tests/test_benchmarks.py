@@ -37,54 +37,52 @@ def check_verdicts(stdout: str, case_lines=None) -> None:
     assert (summary[0] == "all targets met") == (not over), stdout
 
 
-def test_copy_and_launch_benchmark_runs_and_reports_every_case():
-    env = dict(os.environ, EMU_PRESET="tiny")
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_copy_and_launch.py"), "--quick"],
-                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
+def _run_quick(script, *args, timeout=300, preset="tiny"):
+    """The benchmark's stdout, run as a script (on ``preset``; None: the environment's own)."""
+    env = dict(os.environ, EMU_PRESET=preset) if preset else dict(os.environ)
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
+                            capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
     assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_copy_and_launch_benchmark_runs_and_reports_every_case():
+    out = _run_quick("bench_copy_and_launch.py", "--quick")
     for case in ("host->device copy 1 MiB", "device->host copy 1 MiB", "tiny device op"):
-        assert case in result.stdout
-    check_verdicts(result.stdout)
+        assert case in out
+    check_verdicts(out)
 
 
 def test_memory_benchmark_runs_and_reports_both_cases():
-    env = dict(os.environ, EMU_PRESET="tiny")
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_memory.py"), "--quick"],
-                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
+    out = _run_quick("bench_memory.py", "--quick")
     for case in ("empty+free 64 B", "empty+free 1 KiB", "empty+free 64 KiB"):
-        line = next(line for line in result.stdout.splitlines() if line.startswith(case))
+        line = next(line for line in out.splitlines() if line.startswith(case))
         assert re.search(r"\d+\.\d+x\s+no target\s+reported", line), line
-    line = next(line for line in result.stdout.splitlines()
+    line = next(line for line in out.splitlines()
                 if line.startswith("fragmentation: peak reserved/allocated"))
     ratio = float(re.search(r"(\d+\.\d+)x\s+target <= 1\.3x", line).group(1))
     assert ratio >= 1.0, line   # reserved memory holds every allocated block
-    assert "training matches CPU" in result.stdout
-    check_verdicts(result.stdout)
+    assert "training matches CPU" in out
+    check_verdicts(out)
 
 
 def test_kernel_benchmark_runs_and_reports_every_workload():
-    env = dict(os.environ, EMU_PRESET="tiny")
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_kernels.py"), "--quick"],
-                            capture_output=True, text=True, env=env, timeout=300, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
+    out = _run_quick("bench_kernels.py", "--quick")
     for case, target in (("add 64K float32", 3), ("gelu 64K float32", 3), ("sum 64K float32", 3),
                          ("softmax 256x256", 3), ("layer_norm 512x1024", 3), ("mm 128^3 float32", 1.5),
                          ("mm 128^3 bfloat16", 1.5), ("conv2d 1x64x16x16", 1.5)):
-        line = next(line for line in result.stdout.splitlines() if line.startswith(case))
+        line = next(line for line in out.splitlines() if line.startswith(case))
         # emu wall, torch cpu, ratio, 1-thread ratio, modelled time, verdict against the target
         assert re.search(rf"ms\s+\d+\.\d+ ms\s+\d+\.\d+x\s+\d+\.\d+x\s+\d+\.\d+ us\s+target <= {target:g}x", line), line
-    check_verdicts(result.stdout)
+    check_verdicts(out)
 
 
 def test_model_benchmark_runs_and_reports_every_workload():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_models.py"), "--quick"],
-                            capture_output=True, text=True, env=dict(os.environ), timeout=600, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
+    out = _run_quick("bench_models.py", "--quick", timeout=600, preset=None)
     cases = []
     for case, target in (("gpt2 forward", 3), ("gpt2 train step", 4), ("llama forward", 3),
                          ("resnet18 forward", 3)):
-        line = next(line for line in result.stdout.splitlines() if line.startswith(case))
+        line = next(line for line in out.splitlines() if line.startswith(case))
         # emu wall, cpu wall, ratio, target, emu and cpu peak resident memory, their ratio
         match = re.search(rf"ms\s+\d+\.\d+ ms\s+(\d+\.\d+)x\s+{target:g}x\s+\d+ MiB\s+\d+ MiB\s+(\d+\.\d+)x", line)
         assert match, line
@@ -94,15 +92,7 @@ def test_model_benchmark_runs_and_reports_every_workload():
         if abs(ratio - target) > 0.005 and abs(rss - 2.0) > 0.005:
             assert met == (ratio <= target and rss <= 2.0), f"verdict does not follow from the ratios: {line}"
         cases.append((line, ratio, target, met))
-    check_verdicts(result.stdout, cases)
-
-
-def _run_quick(script, *args, timeout=300):
-    env = dict(os.environ, EMU_PRESET="tiny")
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args],
-                            capture_output=True, text=True, env=env, timeout=timeout, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    check_verdicts(out, cases)
 
 
 def test_des_benchmark_reports_both_fidelities():
