@@ -1,7 +1,9 @@
-"""The one place that lists which aten ops the emu device registers, and how.
+"""Wires the op modules' kernels to the dispatcher, keeps the per-path op counters and holds the
+host fallback policy.
 
-Kernels live in the sibling modules; this file only wires them to the
-dispatcher, keeps the per-path op counters and holds the host fallback policy.
+Each op module of this package declares the aten overloads it implements beside its kernels (its
+``OVERLOADS`` table, ops/_overloads.py; the pointwise op table's generated rows are its
+``GENERATED_OVERLOADS``); native_kernels() collects them, so there is no list here to keep in step.
 Metadata ops (empty, views, resize_, set_) are registered by the C++ core.
 
 Paths (one per op instance, see docs/operators.md#paths-and-telemetry):
@@ -290,11 +292,10 @@ def _native(name: str, fn):
 
 
 def native_kernels() -> dict:
-    """{aten overload: kernel} for every native kernel: the op modules' OVERLOADS tables (ops/_overloads.py),
-    and, while their modules move to such tables, the entries listed here."""
-    kernels = {
-    }
-    return _merge_module_tables(kernels)
+    """{aten overload: kernel} for every native kernel: the op modules' generated rows, then their
+    hand-written kernels, which win where both name an overload (ops/_overloads.py)."""
+    from torch_plugin.ops import _overloads
+    return _overloads.collect(op_modules())
 
 
 def op_modules() -> list:
@@ -306,19 +307,6 @@ def op_modules() -> list:
     return [importlib.import_module(f"{package.__name__}.{info.name}")
             for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name)
             if not info.name.startswith("_")]
-
-
-def _merge_module_tables(listed: dict) -> dict:
-    """The generated rows (the pointwise table's), then ``listed``, then the OVERLOADS tables the op
-    modules keep beside their kernels (ops/_overloads.py): a hand-written kernel wins over a generated
-    row naming the same overload. An overload both in a module table and in ``listed`` is an error:
-    it has one home."""
-    from torch_plugin.ops import _overloads
-    generated, declared = _overloads.tables(op_modules())
-    twice = sorted(set(declared) & set(listed))
-    if twice:
-        raise ValueError(f"overloads both in a module's OVERLOADS table and in registry.native_kernels(): {twice}")
-    return {**generated, **listed, **declared}
 
 
 def register_all() -> None:
