@@ -32,6 +32,7 @@ _ITEMSIZE = abi.ELEMENT_SIZE
 _INT = frozenset({int})
 _LAUNCH_ARG_TYPES = frozenset({abi.TensorDescriptor, bool, int, float, str, type(None)})
 _LAUNCH = abi.Opcode.LAUNCH
+_LAUNCH_COMMAND = abi.LaunchCommand
 _new_tuple = tuple.__new__  # builds ABI records without their Python-level namedtuple __new__
 DESCRIPTOR_CACHE_ENTRIES = 4096
 # What the runtime may read of a recorded command (Driver.begin_recording), without the ABI module.
@@ -298,14 +299,36 @@ class Driver:
             raise DriverError(DriverStatus.INVALID_ARGUMENT,
                               f"a launch needs a kernel name (str) and a tuple of arguments, got {kernel!r}, {args!r}")
         resolved = []
+        cache = queue.context.descriptors
+        cached = cache._data  # _checked_descriptor and LRUCache.get, inlined: the hot path of every op
         for a in args:
             kind = type(a)
             if kind is TensorRef:
-                a = self._checked_descriptor(a, queue)
+                try:
+                    desc = cached.get(a)
+                except TypeError:  # unhashable contents: let validation say what is wrong
+                    desc = self._descriptor(a, queue)
+                else:
+                    if desc is None:
+                        desc = self._descriptor(a, queue)
+                        cache.put(a, desc)
+                    else:
+                        cached.move_to_end(a)
+                a = desc
             elif kind not in _LAUNCH_ARG_TYPES:
                 raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
             resolved.append(a)
-        return self._submit(queue, abi.LaunchCommand, _LAUNCH, kernel, tuple(resolved))
+        with self.lock:  # _submit, inlined for a launch that fits in the ring
+            seq = next(self._seq)
+            command = _new_tuple(_LAUNCH_COMMAND, (_LAUNCH, seq, queue.context.asid, kernel, tuple(resolved)))
+            if self._recording is not None:
+                self._recording.append((queue, command))
+            clock = self.host_clock
+            if self._devices[queue.device].submit(
+                    queue.ring_id, clock.now_ns if clock is not None else self.transport.now_ns(), command):
+                return seq
+            self._submit_written(queue, command)
+            return seq
 
     def submit_collective(self, queue: Queue, name: str, pairs, not_before_ns: float = 0.0, op: str = "",
                           nbytes: int = 0, ranks: int = 1, nodes: int = 1, hops: int = 1, algorithm: str = "") -> int:
@@ -350,19 +373,23 @@ class Driver:
     def _submit(self, queue: Queue, command_type, opcode, *fields) -> int:
         """Builds ``command_type(opcode, seq, asid, *fields)`` and writes it to the queue's ring."""
         with self.lock:
-            endpoint = self._devices[queue.device]
             seq = next(self._seq)
             command = _new_tuple(command_type, (opcode, seq, queue.context.asid, *fields))
             if self._recording is not None:
                 self._recording.append((queue, command))
-            clock = self.host_clock
-            while not endpoint.submit(queue.ring_id, clock.now_ns if clock is not None else self.transport.now_ns(),
-                                      command):
-                # Back-pressure: the host blocks until the firmware drained half the ring
-                # (one wake-up per half ring keeps the simulation batched).
-                half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
-                self._host_waited_until(endpoint.wait_ring_space(queue.ring_id, half), "backpressure")
+            self._submit_written(queue, command)
             return seq
+
+    def _submit_written(self, queue: Queue, command) -> None:
+        """Writes a built command to the queue's ring and rings the doorbell, waiting for space."""
+        endpoint = self._devices[queue.device]
+        clock = self.host_clock
+        while not endpoint.submit(queue.ring_id, clock.now_ns if clock is not None else self.transport.now_ns(),
+                                  command):
+            # Back-pressure: the host blocks until the firmware drained half the ring
+            # (one wake-up per half ring keeps the simulation batched).
+            half = max(1, endpoint.ring_entries(queue.ring_id) // 2)
+            self._host_waited_until(endpoint.wait_ring_space(queue.ring_id, half), "backpressure")
 
     # -- captured programs (a command list recorded once, replayed with relocated operands) ------
     def begin_recording(self, sink: list) -> None:

@@ -50,6 +50,7 @@ _COLLECTIVE = int(abi.Opcode.COLLECTIVE)
 _DEVICE = int(abi.MemorySpace.DEVICE)
 _RESOLVED_ENTRIES = _DECODED_ENTRIES = 4096  # LRU-bounded caches of the hot path
 _new_tuple = tuple.__new__  # builds trace records without their Python-level namedtuple __new__
+_TRACE_ENTRY = abi.TraceEntry
 
 
 def check_element_types() -> None:
@@ -127,7 +128,7 @@ class FirmwareInstance:
     def _ring_process(self, ring):
         decode_ns = self.device.command_processor.config.decode_ns
         env = self.env
-        peek = env.peek
+        events = env._queue  # the DES's event heap: Environment.peek inlined, as a list test
         faults = self.faults
         # Work booked on an engine whose effect on memory is due at its end: (command, work, end).
         # It completes when the ring's next command may start (nothing can observe memory in
@@ -175,9 +176,9 @@ class FirmwareInstance:
                 wake = pending[2]
             if ring_time > wake:
                 wake = ring_time
-            now = env.now
+            now = env._now  # Environment.now without its property call (once per command)
             if wake > now:
-                if op == _SIGNAL or op == _WAIT or peek() < wake:
+                if op == _SIGNAL or op == _WAIT or (events and events[0][0] < wake):
                     # Signals and waits act at their own time. Other commands are booked ahead of
                     # the simulation clock only while no other event can happen before they start,
                     # so engines still serve requests in the order of their simulated time, and a
@@ -249,7 +250,30 @@ class FirmwareInstance:
         try:
             if not self._projection:
                 run(*operands)
-            self._account(ring, command, label, unit, start, end, nbytes, flops, meta)
+            # _account, inlined (every command completes here): meta is
+            # ((bound, cores, tiling, engines, dtype), launch_start_ns, launch_end_ns, power)
+            static, launch_start, launch_end, power = meta
+            dynamic, static_w, clock_ghz, throttled = power
+            energy = dynamic + static_w * (end - start) * 1e-9
+            trace = self.trace
+            if trace is not None:
+                bound, cores, tiling, engines, dtype = static
+                trace.append(_new_tuple(_TRACE_ENTRY, (
+                    self.device.index, ring.ring_id, command.seq, label, unit, start, end, nbytes, flops,
+                    bound, round((end - start) * self._clock_ghz), cores, tiling, engines, dtype,
+                    launch_start, launch_end, energy, static_w, clock_ghz)))
+            if unit != "dma" and unit != "interconnect":
+                self._hbm_bytes += nbytes
+            stats = self.kernel_stats.get(label)
+            if stats is None:
+                stats = self.kernel_stats[label] = KernelStats()
+            stats.count += 1
+            stats.busy_ns += end - start
+            stats.nbytes += nbytes
+            stats.flops += flops
+            stats.energy_j += energy
+            if throttled:
+                stats.throttled += 1
         except (HardwareFault, KernelArgumentError) as fault:
             self._record_error(ring, command, fault, end)
         except Exception as err:
@@ -767,10 +791,13 @@ class FirmwareInstance:
         # argument also spells out each zero (its position, type and repr).
         key = (name, args) if 0 not in args else (name, args, _zeros_of(args))
         generation = self._mmu.generation
-        decoded = self._launches.get(key)
+        launches = self._launches
+        decoded = launches._data.get(key)  # LRUCache.get, inlined (the hot path)
         if decoded is None or decoded[0] != generation:
             decoded = self._decode_launch(name, args, generation)
-            self._launches.put(key, decoded)
+            launches.put(key, decoded)
+        else:
+            launches._data.move_to_end(key)
         _, run, timeline, unit, label, operands, duration, nbytes, flops, launch_ns, hbm_ns, static, power = decoded
         if launched is not None:  # launched ahead by _ring_process (while the ring's previous kernel ran)
             launch_start, launch_end = launched, launched + launch_ns
@@ -844,30 +871,6 @@ class FirmwareInstance:
                 "host_link_d2h_bytes": dev.host_link.bytes_to_host,
                 "interconnect_bytes": dev.interconnect.bytes_moved,
                 "links": {link.name: link.bytes for link in dev.interconnect.all_links()}}
-
-    def _account(self, ring, command, name, engine, start, end, nbytes, flops, meta=None):
-        # meta: ((bound, cores, tiling, engines, dtype), launch_start_ns, launch_end_ns[, power]),
-        # power: (dynamic J, static W, clock GHz, throttled) (emulator/power.py)
-        dynamic, static_w, clock_ghz, throttled = meta[3] if len(meta) > 3 else self._unthrottled
-        energy = dynamic + static_w * (end - start) * 1e-9
-        if self.trace is not None:
-            (bound, cores, tiling, engines, dtype), launch_start, launch_end = meta[:3]
-            self.trace.append(_new_tuple(abi.TraceEntry, (
-                self.device.index, ring.ring_id, command.seq, name, engine, start, end, nbytes, flops,
-                bound, round((end - start) * self._clock_ghz), cores, tiling, engines, dtype,
-                launch_start, launch_end, energy, static_w, clock_ghz)))
-        if engine != "dma" and engine != "interconnect":
-            self._hbm_bytes += nbytes
-        stats = self.kernel_stats.get(name)
-        if stats is None:
-            stats = self.kernel_stats[name] = KernelStats()
-        stats.count += 1
-        stats.busy_ns += end - start
-        stats.nbytes += nbytes
-        stats.flops += flops
-        stats.energy_j += energy
-        if throttled:
-            stats.throttled += 1
 
 
 ERROR_LOG_ENTRIES = 10_000
