@@ -247,8 +247,9 @@ class Runtime:
 
     # -- streams and events ----------------------------------------------
     def stream(self, device: int, stream_id: int = 0) -> Stream:
+        state = self._devices.get(device)  # device(), inlined for a device with a context (every op)
         try:
-            return self.device(device).streams[stream_id]
+            return (state if state is not None else self.device(device)).streams[stream_id]
         except KeyError:
             raise errors.InvalidValueError(f"emu:{device} has no stream {stream_id}") from None
 

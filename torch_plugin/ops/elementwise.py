@@ -104,8 +104,9 @@ def _binary(op: str, a, b, alpha=1, out=None):
             elif not out.is_contiguous() or _is_alias_of(b, out):
                 check_overlap(_INPLACE_NAMES[op], out, b)  # only then can out overlap itself or b
             if out.numel():
-                rt().launch("binary", (op, device_ref(out), device_ref(a), device_ref(b), TO_CODE[a.dtype],
-                                       alpha), current_stream(device))
+                ref = device_ref(a)  # in place, out is a: one descriptor serves both
+                rt().launch("binary", (op, ref if out is a else device_ref(out), ref, device_ref(b),
+                                       TO_CODE[a.dtype], alpha), current_stream(device))
             return out
     return _binary_general(op, a, b, alpha, out)
 
