@@ -21,3 +21,18 @@ STORAGE_ONLY = frozenset({torch.uint16, torch.uint32, torch.uint64, torch.comple
 SUPPORTED = STORABLE - STORAGE_ONLY
 FLOATING = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
 COMPLEX = frozenset({torch.complex32, torch.complex64, torch.complex128})
+
+# c10's ScalarType names: how CPU's error messages print a dtype.
+SCALAR_TYPE_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.uint16: "UInt16", torch.uint32: "UInt32", torch.uint64: "UInt64", torch.bool: "Bool",
+    torch.complex32: "ComplexHalf", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+    torch.float8_e4m3fn: "Float8_e4m3fn", torch.float8_e5m2: "Float8_e5m2",
+    torch.float8_e4m3fnuz: "Float8_e4m3fnuz", torch.float8_e5m2fnuz: "Float8_e5m2fnuz",
+}
+
+
+def scalar_type_name(dtype) -> str:
+    """c10's name of a dtype ("Float" for torch.float32), as CPU's messages print it."""
+    return SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))

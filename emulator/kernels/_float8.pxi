@@ -122,20 +122,8 @@ cdef extern from *:
             code = (uint8_t)rint(ldexp(r, M - emin));
         return (uint8_t)(code | sign);
     }
-
-    /* The same rounding without e4m3fn's saturation: a value past 448 (or +-inf) is NaN, keeping
-       its sign (the float8 output of CPU's _scaled_mm). The other formats are unchanged. */
-    static inline uint8_t sk_f8_encode_nosat(int fmt, float f) {
-        uint8_t code = sk_f8_encode(fmt, f);
-        if (fmt == 0 && (code & 0x7F) == 0x7E && fabsf(f) > 448.0f && !isnan(f)) {
-            /* 448 itself, and what rounds down to it (up to the tie at 464), stay finite */
-            if (fabsf(f) > 464.0f || isinf(f)) return (uint8_t)(code | 0x01);
-        }
-        return code;
-    }
     """
     void sk_f8_init() noexcept nogil
-    uint8_t sk_f8_encode_nosat(int fmt, float f) noexcept nogil
     float sk_f8_decode(int fmt, uint8_t c) noexcept nogil
     uint16_t sk_f8_to_half_bits(int fmt, uint8_t c) noexcept nogil
     uint8_t sk_f8_encode(int fmt, float f) noexcept nogil

@@ -1925,17 +1925,17 @@ def _weight_int8pack_mm_cost(device, out, a, b, scales):
     return _quantized_gemm_cost(device, M, N, K, a, _as_kn(b, K, N), out, a.dtype, scales.nbytes, 1.0)
 
 
-def _int4_pack(out: Operand, w: Operand):
-    _module('quantized').int4_pack(out.addr, w.addr, w.strides, w.shape[0], w.shape[1])
+def _int4_pack(out: Operand, w: Operand, block: int, split: int):
+    _module('quantized').int4_pack(out.addr, w.addr, w.strides, w.shape[0], w.shape[1], block, split)
 
 
-def _int4pack_mm(out: Operand, a: Operand, w: Operand, group_size: int, sz: Operand):
+def _int4pack_mm(out: Operand, a: Operand, w: Operand, group_size: int, sz: Operand, block: int, split: int):
     _module('quantized').int4pack_mm(out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides, w.addr,
                                      w.shape[0], 2 * w.shape[1], group_size, sz.addr, sz.dtype, sz.strides,
-                                     a.shape[0])
+                                     a.shape[0], block, split)
 
 
-def _int4pack_mm_cost(device, out, a, w, group_size, sz):
+def _int4pack_mm_cost(device, out, a, w, group_size, sz, block, split):
     M, K, N = a.shape[0], a.shape[1], w.shape[0]
     packed = Operand(w.addr, dtypes.UINT8, (K // 2, N), (1, K // 2))   # two weights a byte
     # dequantization ((q - 8) * scale + zero per weight) on the vector engine, then the GEMM

@@ -12,8 +12,9 @@
   dequantized in float32, then a float32-accumulated product rounded to A's dtype.
 * ``scaled_mm``: float8 x float8 (any of the four formats, mixed allowed) with tensor-wise or
   row-wise float32 scales (torch._scaled_mm): float32 accumulation of the exact fp8 products,
-  then * scale_a[m] * scale_b[n] (+ bias[n]), then / scale_result for a float8 output, rounded once
-  (a float8 output does not saturate: e4m3fn past 448 is NaN, as CPU's _scaled_mm gives).
+  then * scale_a[m] * scale_b[n] (+ bias[n]), then * (1 / scale_result) for an e4m3fn or e5m2
+  output, rounded once as a float32 -> float8 conversion (e4m3fn saturates, as torch's reference
+  _scaled_mm gives).
 
 The float32 products are summed by the host BLAS's sgemm (scipy's OpenBLAS) on operands unpacked
 to float32 (exact for every input type here), so the summation order -- and the last bits -- is
@@ -70,12 +71,13 @@ cdef float* _alloc(Py_ssize_t n) except NULL:
 
 cdef void _store_rows(const float* c, int odt, char* po, Py_ssize_t os0, Py_ssize_t os1,
                       Py_ssize_t M, Py_ssize_t N) noexcept nogil:
-    """Round the float32 results once to odt; a float8 output does not saturate (CPU's _scaled_mm)."""
+    """Round the float32 results once to odt (a float8 output as a float32 -> float8 conversion:
+    e4m3fn saturates)."""
     cdef Py_ssize_t i, j
     for i in range(M):
         if is_float8(odt):
             for j in range(N):
-                po[i * os0 + j * os1] = <char>sk_f8_encode_nosat(odt - DT_FLOAT8_E4M3FN, c[i * N + j])
+                po[i * os0 + j * os1] = <char>sk_f8_encode(odt - DT_FLOAT8_E4M3FN, c[i * N + j])
         else:
             store_block(c + i * N, N, odt, po + i * os0, os1)
 
@@ -162,22 +164,32 @@ def weight_int8pack_mm(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_stri
     free(af); free(bf); free(cf); free(sf)
 
 
-cdef inline Py_ssize_t _int4_index(Py_ssize_t n, Py_ssize_t k, Py_ssize_t N, Py_ssize_t K, int* high) noexcept nogil:
-    """Byte offset of w[n, k] in torch CPU's int4 layout, and which nibble: rows in blocks of 64
-    (within a block, for each k, 32 bytes: row r's nibble in byte r % 32, low for r < 32), then
-    the N % 64 rows left as one block (for each k, rows in pairs: low nibble the even row)."""
-    cdef Py_ssize_t full = N - N % 64, tail
+cdef inline Py_ssize_t _int4_index(Py_ssize_t n, Py_ssize_t k, Py_ssize_t N, Py_ssize_t K, Py_ssize_t block,
+                                   bint split, int* high) noexcept nogil:
+    """Byte offset of w[n, k] in torch CPU's int4 layout for its vector width, and which nibble.
+
+    Rows go in blocks of ``block`` (64 on AVX-512, 32 otherwise); a block holds, for each k,
+    block / 2 bytes. ``split`` (AVX-512, AVX2): row r of a full block sits in byte r % (block / 2),
+    the high nibble for the second half; otherwise (and in the N % block rows left at the end,
+    one smaller block) rows go in pairs, the low nibble the even row."""
+    cdef Py_ssize_t full = N - N % block, half = block // 2, r
     if n < full:
-        high[0] = (n % 64) >= 32
-        return (n // 64) * (K * 32) + k * 32 + (n % 32)
-    tail = N - full
-    high[0] = (n - full) & 1
-    return full * K // 2 + k * (tail // 2) + (n - full) // 2
+        r = n % block
+        if split:
+            high[0] = r >= half
+            return (n // block) * (K * half) + k * half + (r % half)
+        high[0] = r & 1
+        return (n // block) * (K * half) + k * half + r // 2
+    r = n - full
+    high[0] = r & 1
+    return full * K // 2 + k * ((N - full) // 2) + r // 2
 
 
-def int4_pack(out_addr, w_addr, w_strides, N, K):
-    """out (N * K / 2 bytes) = w (N x K int32, values 0..15) packed in torch CPU's int4 layout."""
-    cdef Py_ssize_t n_ = N, k_ = K, n, k, off, ws0, ws1
+def int4_pack(out_addr, w_addr, w_strides, N, K, block, split):
+    """out (N * K / 2 bytes) = w (N x K int32, values 0..15) packed in torch CPU's int4 layout
+    (``block``, ``split``: _int4_index)."""
+    cdef Py_ssize_t n_ = N, k_ = K, n, k, off, ws0, ws1, blk = block
+    cdef bint spl = split
     cdef int high
     cdef char* po
     cdef char* pw
@@ -191,7 +203,7 @@ def int4_pack(out_addr, w_addr, w_strides, N, K):
         for n in range(n_):
             for k in range(k_):
                 q = <uint8_t>(ek_ld_i32(pw + n * ws0 + k * ws1) & 0xF)
-                off = _int4_index(n, k, n_, k_, &high)
+                off = _int4_index(n, k, n_, k_, blk, spl, &high)
                 if high:
                     po[off] = <char>((<uint8_t>po[off] & 0x0F) | (q << 4))
                 else:
@@ -199,13 +211,15 @@ def int4_pack(out_addr, w_addr, w_strides, N, K):
 
 
 def int4pack_mm(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, w_addr, N, K, group_size,
-                sz_addr, sz_dtype, sz_strides, M):
+                sz_addr, sz_dtype, sz_strides, M, block, split):
     """out (M x N) = A (M x K) @ W^T, W[n, k] = (q[n, k] - 8) * sz[k // g, n, 0] + sz[k // g, n, 1]
-    (q: torch CPU's int4 layout, int4_pack); float32 dequantization and accumulation."""
+    (q: torch CPU's int4 layout, int4_pack's ``block`` and ``split``); float32 dequantization and
+    accumulation."""
     cdef int odt = check_dtype(out_dtype, "int4pack_mm out_dtype")
     cdef int adt = check_dtype(a_dtype, "int4pack_mm a_dtype")
     cdef int zdt = check_dtype(sz_dtype, "int4pack_mm sz_dtype")
-    cdef Py_ssize_t m = M, n_ = N, k_ = K, g = group_size, n, k, off
+    cdef Py_ssize_t m = M, n_ = N, k_ = K, g = group_size, n, k, off, blk = block
+    cdef bint spl = split
     cdef Py_ssize_t os0, os1, as0, as1, z0, z1, z2
     cdef int high
     cdef uint8_t byte
@@ -232,7 +246,7 @@ def int4pack_mm(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, w_
         _to_float(pa, adt, as0, as1, m, k_, af)
         for n in range(n_):
             for k in range(k_):
-                off = _int4_index(n, k, n_, k_, &high)
+                off = _int4_index(n, k, n_, k_, blk, spl, &high)
                 byte = <uint8_t>pw[off]
                 q = <float>(((byte >> 4) if high else (byte & 0xF)) - 8)
                 load_block(pz + (k // g) * z0 + n * z1, z2, zdt, 1, &scale)
@@ -286,7 +300,7 @@ def scaled_mm(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_ad
     if has_bias:
         pc = as_ptr(bias_addr, "scaled_mm bias_addr")
     if has_rs:
-        rs = ek_ld_f32(as_ptr(result_scale_addr, "scaled_mm result_scale_addr"))
+        rs = (<float>1.0) / ek_ld_f32(as_ptr(result_scale_addr, "scaled_mm result_scale_addr"))  # x * (1 / s), as the reference
     if k:
         pa = as_ptr(a_addr, "scaled_mm a_addr")
         pb = as_ptr(b_addr, "scaled_mm b_addr")
@@ -306,6 +320,6 @@ def scaled_mm(out_addr, out_dtype, out_strides, a_addr, a_dtype, a_strides, b_ad
                 if has_bias:
                     cf[i * n + j] = cf[i * n + j] + bias[j]
                 if has_rs:
-                    cf[i * n + j] = cf[i * n + j] / rs
+                    cf[i * n + j] = cf[i * n + j] * rs
         _store_rows(cf, odt, po, os0, os1, m, n)
     free(af); free(bf); free(cf); free(sa); free(sb); free(bias)

@@ -5,13 +5,22 @@ emulator/kernels/quantized.pyx), with the host fallback forbidden:
 * ``_weight_int8pack_mm`` and the int4 pair (``_convert_weight_to_int4pack_for_cpu`` byte for byte,
   ``_weight_int4pack_mm_for_cpu``): against a float64 reference of the same dequantized weight,
   within the float32-accumulation bound stated per test, and against CPU's own result.
+  The int4 layout is CPU's for its ATen capability (64-row blocks on AVX-512, 32 otherwise), checked
+  for this process's and, in child processes, for ``ATEN_CPU_CAPABILITY=avx2`` and ``default``.
 * ``_scaled_mm``: tensor-wise and row-wise scales, float32/bfloat16/float16/float8 output, bias,
-  use_fast_accum, every float8 format: against a float64 reference and CPU's ``_scaled_mm``.
+  use_fast_accum, every float8 format: against a float64 reference and torch's reference
+  ``_scaled_mm`` (CPU with oneDNN off: on an AMX host CPU otherwise runs oneDNN's kernel, whose
+  checks, wording and e4m3fn overflow differ; the reference path is the same on every host).
 * Costs: _int_mm at macs_per_cycle.int8, _scaled_mm at macs_per_cycle.float8.
 * PyTorch's quantized tensors: refused before any host work, naming torchao.
 """
 from __future__ import annotations
 
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -126,6 +135,31 @@ def test_int4_pack_matches_cpu_byte_for_byte(N):
     assert torch.equal(torch._convert_weight_to_int4pack_for_cpu(w.t().contiguous().to(EMU).t(), 2).cpu(), want)
 
 
+_INT4_CHILD = textwrap.dedent("""
+    import torch, torch_plugin
+    g = torch.Generator().manual_seed(0)
+    for N in (16, 32, 48, 64, 96, 160):
+        w = torch.randint(0, 16, (N, 64), dtype=torch.int32, generator=g)
+        want = torch._convert_weight_to_int4pack_for_cpu(w, 2)
+        assert torch.equal(torch._convert_weight_to_int4pack_for_cpu(w.to("emu"), 2).cpu(), want), N
+        a = torch.randn(3, 64, generator=g)
+        sz = torch.rand(2, N, 2, generator=g) / 8
+        got = torch._weight_int4pack_mm_for_cpu(a.to("emu"), want.to("emu"), 32, sz.to("emu")).cpu()
+        torch.testing.assert_close(got, torch._weight_int4pack_mm_for_cpu(a, want, 32, sz), rtol=1e-5, atol=1e-5)
+    print(torch.backends.cpu.get_cpu_capability())
+""")
+
+
+@pytest.mark.parametrize("capability", ["avx2", "default"])
+def test_int4_layout_follows_cpu_capability(capability):
+    """A process whose ATen CPU capability is lowered packs CPU's layout for it; the device packs and
+    reads the same bytes (every x86-64 host this suite supports has AVX2)."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+    proc = subprocess.run([sys.executable, "-c", _INT4_CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == capability.upper()
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("group", [32, 64])
 def test_weight_int4pack_mm(dtype, group):
@@ -147,6 +181,11 @@ def test_weight_int4pack_mm(dtype, group):
 
 # ---------------------------------------------------------------------------------------------
 # _scaled_mm
+
+def reference_scaled_mm():
+    """torch's reference _scaled_mm on CPU (oneDNN off; otherwise an AMX host runs oneDNN's kernel)."""
+    return torch.backends.mkldnn.flags(enabled=False)
+
 
 def fp8_operands(adtype, bdtype, M=48, K=96, N=40, seed=0):
     a = (torch.randn(M, K, generator=gen(seed)) * 2).to(adtype)
@@ -180,7 +219,8 @@ def test_scaled_mm_against_float64_and_cpu(out_dtype, rowwise, with_bias):
     assert got.dtype == out_dtype and got.shape == (M, N)
     ref, abs_sum = scaled_ref(a, b, sa, sb, bias)
     assert_within(got, ref, abs_sum, out_dtype, a.shape[1], "emu vs float64")
-    cpu = torch._scaled_mm(a, b, sa, sb, **kwargs)
+    with reference_scaled_mm():
+        cpu = torch._scaled_mm(a, b, sa, sb, **kwargs)
     torch.testing.assert_close(got.cpu().double(), cpu.double(), rtol=2 * ROUND[out_dtype],
                                atol=2 * ROUND[out_dtype] * float(abs_sum.max()))
     assert torch.emu.op_stats()["native"].get("aten::_scaled_mm", 0) >= 1
@@ -207,10 +247,13 @@ def test_scaled_mm_float8_output_and_scale_result(out_dtype):
         # the float32 result rounded once to float8: equal to the float64 product's float8 unless
         # it lies within float32 rounding of a float8 midpoint (not the case for these operands)
         assert torch.equal(bits8(got), bits8(acc.float().to(out_dtype))), f"scale_result={scale_result}"
-    # overflow: CPU's _scaled_mm gives e4m3fn's NaN (no saturation), e5m2's inf
+    # overflow: the reference converts the float32 result, so e4m3fn saturates to -448, e5m2 is -inf
     big_a = torch.full((4, 32), 400.0).to(torch.float8_e4m3fn)
     big_b = torch.full((16, 32), -400.0).to(torch.float8_e4m3fn).t()
-    want = torch._scaled_mm(big_a, big_b, one, one, out_dtype=out_dtype)
+    with reference_scaled_mm():
+        want = torch._scaled_mm(big_a, big_b, one, one, out_dtype=out_dtype)
+    assert torch.equal(bits8(want), torch.full((4, 16), 0xFE if out_dtype == torch.float8_e4m3fn else 0xFC,
+                                               dtype=torch.uint8))
     got = torch._scaled_mm(big_a.to(EMU), big_b.to(EMU), one.to(EMU), one.to(EMU), out_dtype=out_dtype)
     assert torch.equal(bits8(got), bits8(want))
 
@@ -220,20 +263,42 @@ def bits8(t):
 
 
 def test_scaled_mm_errors_match_cpu_and_change_nothing():
-    a, b = fp8_operands(torch.float8_e4m3fn, torch.float8_e4m3fn, M=16, K=32, N=16)
+    a, b = fp8_operands(torch.float8_e4m3fn, torch.float8_e4m3fn, M=16, K=32, N=24)
     one = torch.tensor(1.0)
-    cases = [
-        ((a, b, torch.ones(16), torch.ones(16)), ValueError),
-        ((a.float(), b.float(), one, one), RuntimeError),
-        ((a[:, :31], b[:31], torch.ones(16, 2), one), ValueError),
-        ((a, b[:16], one, one), RuntimeError),
+    cases = [   # the checks in the reference's order: ranks, joint scaling, shapes, strides, scale_result, bias
+        ((a[None], b, one, one), {}, RuntimeError),
+        ((a, b, torch.ones(16), torch.ones(24)), {}, ValueError),
+        ((a.float(), b.float(), one, one), {}, ValueError),
+        ((a.view(torch.int8), b, one, one), {}, ValueError),
+        ((a, b, one.double(), one), {}, ValueError),
+        ((a, b, one, torch.ones(1, 24)), {}, ValueError),
+        ((a[:, :31], b[:31], torch.ones(16, 2), one), {}, ValueError),
+        ((a, b[:16], one, one), {}, RuntimeError),
+        ((a, b, torch.ones(1, 16).t(), torch.ones(1, 24)), {}, ValueError),
+        ((a, b, one, one), dict(scale_result=torch.ones(2)), RuntimeError),
+        ((a, b, one, one), dict(bias=torch.ones(5)), RuntimeError),
     ]
-    for args, kind in cases:
-        with pytest.raises(kind) as cpu:
-            torch._scaled_mm(*args, out_dtype=torch.bfloat16)
+    for args, kwargs, kind in cases:
+        with pytest.raises(kind) as cpu, reference_scaled_mm():
+            torch._scaled_mm(*args, out_dtype=torch.bfloat16, **kwargs)
         with pytest.raises(kind) as emu:
-            torch._scaled_mm(*[t.to(EMU) for t in args], out_dtype=torch.bfloat16)
-        assert str(emu.value).splitlines()[0] == str(cpu.value).splitlines()[0]
+            torch._scaled_mm(*[t.to(EMU) for t in args], out_dtype=torch.bfloat16,
+                             **{k: v.to(EMU) for k, v in kwargs.items()})
+        assert str(emu.value) == str(cpu.value)
+    # out= with another out_dtype: the reference's ValueError, and out keeps its values
+    out = torch.full((16, 24), 3.0, device=EMU)
+    with pytest.raises(ValueError, match="out_dtype must match output matrix type"):
+        torch._scaled_mm(a.to(EMU), b.to(EMU), one.to(EMU), one.to(EMU), out_dtype=torch.bfloat16, out=out)
+    assert bool((out.cpu() == 3.0).all())
+    # what the reference accepts and the device does too: a (1, N) bias, a float64 bias and output
+    bias = torch.randn(1, 24, generator=gen(3))
+    for kwargs in (dict(bias=bias, out_dtype=torch.float32), dict(bias=bias.double(), out_dtype=torch.float64)):
+        with reference_scaled_mm():
+            want = torch._scaled_mm(a, b, one, one, **kwargs)
+        got = torch._scaled_mm(a.to(EMU), b.to(EMU), one.to(EMU), one.to(EMU),
+                               **{k: v.to(EMU) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()})
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------------------------

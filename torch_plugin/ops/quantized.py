@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOAT8, TO_CODE
+from torch_plugin._dtypes import FLOAT8, FLOATING, TO_CODE, scalar_type_name
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 from torch_plugin.ops._overloads import Overloads
 
@@ -121,6 +121,18 @@ def weight_int8pack_mm(a, b, scales):
 # ---------------------------------------------------------------------------------------------
 # int4: torch CPU's packed layout
 
+def int4_layout() -> tuple[int, int]:
+    """(block, split) of the int4 layout torch CPU packs and reads in this process.
+
+    The layout follows CPU's vector width (its ATen CPU capability, which ATEN_CPU_CAPABILITY can
+    lower): rows in blocks of 64 on AVX-512, of 32 otherwise; AVX-512 and AVX2 put the two halves
+    of a full block in the two nibbles of a byte (split), other builds pair neighbouring rows. The
+    device follows it too, so a weight packed on either side reads the same on the other."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    block = 64 if capability.startswith("AVX512") else 32
+    return block, int(capability.startswith(("AVX512", "AVX2")))
+
+
 @OVERLOADS.implements("_convert_weight_to_int4pack_for_cpu")
 def convert_weight_to_int4pack_for_cpu(w, inner_k_tiles):
     device = common_device("aten::_convert_weight_to_int4pack_for_cpu", w)
@@ -135,7 +147,7 @@ def convert_weight_to_int4pack_for_cpu(w, inner_k_tiles):
         raise RuntimeError("_convert_weight_to_int4pack_cpu : expect N to be dividable by 16")
     out = torch.zeros((N, K // 2), dtype=torch.uint8, device=_emu(device))
     if out.numel():
-        rt().launch("int4_pack", (device_ref(out), device_ref(w)), current_stream(device))
+        rt().launch("int4_pack", (device_ref(out), device_ref(w), *int4_layout()), current_stream(device))
     return out
 
 
@@ -162,7 +174,7 @@ def weight_int4pack_mm_for_cpu(a, w, group_size, scales_zeros):
     out = torch.empty((a.shape[0], N), dtype=a.dtype, device=_emu(device))
     if out.numel():
         rt().launch("int4pack_mm", (device_ref(out), device_ref(a), device_ref(w), int(group_size),
-                                    device_ref(scales_zeros)), current_stream(device))
+                                    device_ref(scales_zeros), *int4_layout()), current_stream(device))
     return out
 
 
@@ -173,45 +185,56 @@ _SCALE_ERROR = ("Invalid scaling configuration.\n"
                 "- For TensorWise scaling, a and b should be float8, scales should be float and singletons.\n"
                 "- For RowWise scaling, a and b should be float8, scales should be float, scale_a should be "
                 "({M}, 1) and scale_b should be (1, {N}), and both should be contiguous.\n"
-                "Got a.dtype()={a} scale_a.dtype()={sa} and scale_a.size()={sas} and scale_a.stride()={sast}\n"
-                "Got b.dtype()={b} scale_b.dtype()={sb} and scale_b.size()={sbs} and scale_b.stride()={sbst}")
+                "Got mat_a.dtype()={a}, scale_a.dtype()={sa}, scale_a.size()={sas}, scale_a.stride()={sast}, "
+                "mat_b.dtype()={b}, scale_b.dtype()={sb}, scale_b.size()={sbs} and scale_b.stride()={sbst}")
 
 
 def _scale_mode(a, b, sa, sb):
-    """"tensor" or "row", or CPU's ValueError."""
-    M, N = a.shape[0], b.shape[1]
-    floating = sa.dtype.is_floating_point and sb.dtype.is_floating_point
-    if floating and sa.numel() == 1 and sb.numel() == 1:
+    """"tensor" or "row" (both operands alike), or CPU's ValueError."""
+    f8 = a.dtype in FLOAT8 and b.dtype in FLOAT8
+    f32 = sa.dtype == torch.float32 and sb.dtype == torch.float32
+    if f8 and f32 and sa.numel() == 1 and sb.numel() == 1:
         return "tensor"
-    if (floating and tuple(sa.shape) == (M, 1) and tuple(sb.shape) == (1, N)
-            and sa.is_contiguous() and sb.is_contiguous()):
+    # row-wise: scale_a (M, 1) and scale_b^T (N, 1), each contiguous
+    sbt = sb.t() if sb.dim() == 2 else sb
+    if (f8 and f32 and sa.dim() == 2 and sb.dim() == 2 and tuple(sa.shape) == (a.shape[0], 1)
+            and tuple(sbt.shape) == (b.shape[1], 1) and sa.is_contiguous() and sbt.is_contiguous()):
         return "row"
-    raise ValueError(_SCALE_ERROR.format(M=M, N=N, a=a.dtype, sa=sa.dtype, sas=list(sa.shape),
-                                         sast=list(sa.stride()), b=b.dtype, sb=sb.dtype, sbs=list(sb.shape),
-                                         sbst=list(sb.stride())))
+    raise ValueError(_SCALE_ERROR.format(M=a.shape[0], N=b.shape[-1], a=scalar_type_name(a.dtype),
+                                         sa=scalar_type_name(sa.dtype), sas=list(sa.shape), sast=list(sa.stride()),
+                                         b=scalar_type_name(b.dtype), sb=scalar_type_name(sb.dtype),
+                                         sbs=list(sb.shape), sbst=list(sb.stride())))
 
 
-def _check_scaled_mm(a, b, sa, sb, bias, out_dtype):
+def _check_scaled_mm(a, b, sa, sb, bias, scale_result, out_dtype):
+    """torch's reference _scaled_mm checks, in its order (the path CPU takes without oneDNN's AMX
+    kernel, and CUDA's wording): operand ranks, the joint scaling, the shapes, row-wise scale
+    strides, scale_result, the bias."""
     if a.dim() != 2:
         raise RuntimeError("mat1 must be a matrix")
     if b.dim() != 2:
         raise RuntimeError("mat2 must be a matrix")
-    if a.shape[1] != b.shape[0]:
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
-                           f"{b.shape[0]}x{b.shape[1]})")
-    if a.dtype not in FLOAT8:
-        raise RuntimeError(f"Expected mat1 to be Float8 matrix got {_TITLE.get(a.dtype, a.dtype)}")
-    if b.dtype not in FLOAT8:
-        raise RuntimeError(f"Expected mat2 to be Float8 matrix got {_TITLE.get(b.dtype, b.dtype)}")
     mode = _scale_mode(a, b, sa, sb)
-    if out_dtype not in (torch.float32, torch.bfloat16, torch.float16) and out_dtype not in FLOAT8:
-        raise RuntimeError(f"_scaled_mm: out_dtype {out_dtype} is not supported (float32, bfloat16, float16, "
-                           "float8)")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mat_a and mat_b shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+                           f"{b.shape[0]}x{b.shape[1]})")
+    if mode == "row":
+        for name, s in (("scale_a", sa), ("scale_b", sb)):
+            if s.stride(1) != 1:
+                raise ValueError(f"expected {name}.stride(1) to be 1, but got {s.stride(1)}")
+    if scale_result is not None and (scale_result.numel() != 1 or scale_result.dtype != torch.float32):
+        raise RuntimeError("scale_result must be a float scalar")
     if bias is not None:
-        if bias.dim() != 1 or bias.shape[0] != b.shape[1]:
+        if bias.numel() != b.shape[1]:
             raise RuntimeError(f"Bias must be size {b.shape[1]} but got {bias.numel()}")
-        if bias.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-            raise RuntimeError(f"_scaled_mm: bias dtype {bias.dtype} is not supported (float32, bfloat16, float16)")
+        if bias.dim() == 0 or any(d != 1 for d in bias.shape[:-1]):
+            raise RuntimeError(f"_scaled_mm: a bias of shape {list(bias.shape)} is not supported on emu "
+                               f"(a row of {b.shape[1]}, one per output column)")
+        if bias.dtype not in FLOATING:
+            raise RuntimeError(f"_scaled_mm: bias dtype {bias.dtype} is not supported on emu (a floating dtype)")
+    if out_dtype not in FLOATING and out_dtype not in FLOAT8:
+        raise RuntimeError(f"_scaled_mm: out_dtype {out_dtype} is not supported on emu (float32, float64, "
+                           "bfloat16, float16, float8)")
     return mode
 
 
@@ -230,17 +253,19 @@ def _scaled_mm_into(op, out, a, b, sa, sb, bias, scale_result, mode):
         sa_ref, sb_ref = device_ref(sa, (M,), (0,)), device_ref(sb, (N,), (0,))
     else:
         sa_ref, sb_ref = device_ref(sa, (M,), (sa.stride(0),)), device_ref(sb, (N,), (sb.stride(1),))
-    # scale_result divides a float8 output only (CPU ignores it for the others).
-    rs = device_ref(_float32(scale_result).reshape(1)) if scale_result is not None and out.dtype in FLOAT8 else None
-    rt().launch("scaled_mm", (device_ref(out), device_ref(a), device_ref(b), sa_ref, sb_ref,
-                              device_ref(bias) if bias is not None else None, rs), current_stream(device))
+    # scale_result divides an e4m3fn or e5m2 output only (the reference ignores it for the others).
+    rs = (device_ref(scale_result.reshape(1)) if scale_result is not None
+          and out.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) else None)
+    bias_ref = device_ref(bias.reshape(N)) if bias is not None else None
+    rt().launch("scaled_mm", (device_ref(out), device_ref(a), device_ref(b), sa_ref, sb_ref, bias_ref, rs),
+                current_stream(device))
     return out
 
 
 @OVERLOADS.implements("_scaled_mm")
 def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
     out_dtype = a.dtype if out_dtype is None else out_dtype
-    mode = _check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    mode = _check_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype)
     device = common_device("aten::_scaled_mm", a, b, scale_a, scale_b)
     out = torch.empty((a.shape[0], b.shape[1]), dtype=out_dtype, device=_emu(device))
     return _scaled_mm_into("aten::_scaled_mm", out, a, b, scale_a, scale_b, bias, scale_result, mode)
@@ -249,11 +274,10 @@ def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=No
 @OVERLOADS.implements("_scaled_mm.out")
 def scaled_mm_out(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
                   *, out):
-    out_dtype = a.dtype if out_dtype is None else out_dtype
-    mode = _check_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype)
+    if out_dtype is not None and out_dtype != out.dtype:
+        raise ValueError("out_dtype must match output matrix type")
+    mode = _check_scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out.dtype)
     common_device("aten::_scaled_mm.out", out, a, b)
-    if out.dtype != out_dtype:
-        raise RuntimeError(f"out_dtype must match output matrix type")
     resize_out(out, (a.shape[0], b.shape[1]))
     check_overlap("aten::_scaled_mm.out", out, a, b, scale_a, scale_b)
     return _scaled_mm_into("aten::_scaled_mm.out", out, a, b, scale_a, scale_b, bias, scale_result, mode)
