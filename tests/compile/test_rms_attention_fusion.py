@@ -64,6 +64,27 @@ def test_rms_norm_with_its_consumer_and_a_long_row():
     assert launched == {"fused_rms_norm": 1}, launched
 
 
+@pytest.mark.parametrize("kind", ("rms", "layer_norm", "softmax"))
+def test_row_steps_under_dynamic_shapes(kind):
+    """The recompile after a shape changes has a symbolic row count (dynamo's automatic dynamic
+    shapes); its row steps run at each call's sizes: equal to eager at every shape."""
+    fns = {"rms": plain_rms_norm,
+           "layer_norm": lambda x, w: F.gelu(F.layer_norm(x * 2.0, (x.shape[-1],), w)),
+           "softmax": lambda x, w: torch.softmax(x + w, dim=-1) * 3.0}
+    fn = fns[kind]
+    torch._dynamo.reset()
+    reset_compile_stats()
+    compiled = torch.compile(fn, backend="emu")
+    w = _emu(64)
+    for i, rows in enumerate((4, 32, 7, 32)):
+        if i == 1:
+            reset_compile_stats()   # what follows: the graph with the symbolic row count
+        x = _emu(rows, 64)
+        torch.testing.assert_close(compiled(x, w).cpu(), fn(x, w).cpu(), atol=0, rtol=0)
+    stats = compile_stats()
+    assert stats["row_fusions"] >= 1, stats
+
+
 def test_a_mean_that_is_not_a_row_norm_stays_apart():
     """A mean over another dimension than the last, or without keepdim, is not fused (the kernel
     reduces whole rows); the result still equals eager."""

@@ -314,17 +314,17 @@ class DeviceProgram:
         else:
             epi_leaves, epi_program = (), ""
         is_norm = node.target is aten.native_layer_norm.default
-        x_shape = tuple(value_of(node.args[0]).shape)
+        rank = value_of(node.args[0]).dim()   # (static; the sizes may be symbolic: read at run time)
         out_value = value_of(node)[0] if is_norm else value_of(node)
         out_dtype = out_value.dtype
         params = ()
         if is_norm:
             _, normalized, weight, bias, eps = (list(node.args) + [None] * 5)[:5]
-            axis = len(x_shape) - len(normalized)
+            axis = rank - len(normalized)
             params = tuple(p for p in (weight, bias) if isinstance(p, Node))
             stat_dtype = value_of(node)[1].dtype
         else:
-            dim = node.args[1] % len(x_shape)
+            dim = node.args[1] % rank
             safe = node.target is aten._safe_softmax.default
         reads = tuple(dict.fromkeys((*pro_leaves, *params, *epi_leaves)))
         self.stats["row_fusions"] += 1
@@ -337,6 +337,7 @@ class DeviceProgram:
             epi_inputs = [env[leaf] for leaf in epi_leaves]
             device = pro_inputs[0].get_device()
             emu = torch.device("emu", device)
+            x_shape = broadcast_shape(*[tuple(t.shape) for t in pro_inputs])   # the prologue's result
             out = torch.empty(x_shape, dtype=out_dtype, device=emu)
             refs = [device_ref(t, x_shape, broadcast_strides(t, x_shape)) for t in (*pro_inputs, *epi_inputs)]
             record = _begin("compiled::" + kind, (*pro_inputs, *epi_inputs))
@@ -414,7 +415,6 @@ class DeviceProgram:
         leaves = tuple(dict.fromkeys((*square.leaves, *(leaf for leaf in epi.leaves if leaf is not mean))))
         square_program = square.program({leaf: i for i, leaf in enumerate(leaves)})
         epi_program = epi.program({leaf: i for i, leaf in enumerate((mean, *leaves))})
-        shape = tuple(value_of(epilogue).shape)
         out_dtype = value_of(epilogue).dtype
         square_dtype, stat_dtype = TO_CODE[value_of(x).dtype], TO_CODE[value_of(mean).dtype]
         self.stats["row_fusions"] += 1
@@ -425,6 +425,7 @@ class DeviceProgram:
         def run(env):
             inputs = [env[leaf] for leaf in leaves]
             device = inputs[0].get_device()
+            shape = broadcast_shape(*[tuple(t.shape) for t in inputs])   # (the sizes may be symbolic at lowering)
             out = torch.empty(shape, dtype=out_dtype, device=torch.device("emu", device))
             record = _begin("compiled::fused_rms_norm", inputs)
             if out.numel():
