@@ -36,3 +36,16 @@ SCALAR_TYPE_NAMES = {
 def scalar_type_name(dtype) -> str:
     """c10's name of a dtype ("Float" for torch.float32), as CPU's messages print it."""
     return SCALAR_TYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+# caffe2 TypeMeta names: how some of CPU's messages print a dtype ("Expected out tensor to have dtype float").
+TYPE_META_NAMES = {
+    torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16",
+    torch.int64: "long int", torch.int32: "int", torch.int16: "short int", torch.int8: "signed char",
+    torch.uint8: "unsigned char", torch.bool: "bool",
+}
+
+
+def type_meta_name(dtype) -> str:
+    """caffe2's TypeMeta name of a dtype ("float" for torch.float32)."""
+    return TYPE_META_NAMES.get(dtype, str(dtype))

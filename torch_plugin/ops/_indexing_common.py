@@ -39,12 +39,6 @@ def _supported(name: str, *tensors) -> None:
             raise unsupported_dtype(name, t.dtype, SUPPORTED)
 
 
-def _dtype_name(dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype))
-
-
 def _shape1(t: torch.Tensor):
     """(shape, strides) of a tensor, a 0-dim one as one element of a vector (as ATen's kernels do)."""
     if t.dim() == 0:

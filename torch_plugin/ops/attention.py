@@ -39,6 +39,7 @@ import math
 import torch
 
 from torch_plugin import _C
+from torch_plugin._dtypes import scalar_type_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, common_device, current_stream, device_ref, rt
 from torch_plugin.ops._overloads import Overloads
@@ -63,7 +64,7 @@ def _reject_nested(op: str, *tensors) -> None:
 def nested_tensor_from_mask_left_aligned(t, mask):
     common_device("aten::_nested_tensor_from_mask_left_aligned", t, mask)
     if mask.dtype != torch.bool:
-        raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {_cpu_name(mask.dtype)} instead.")
+        raise RuntimeError(f"Expected mask to be of ScalarType Bool, but got {scalar_type_name(mask.dtype)} instead.")
     if mask.dim() != 2:
         raise RuntimeError("Padding mask should be 2D")
     if t.dim() != 3:
@@ -154,7 +155,7 @@ def masked_softmax(self, mask, dim=None, mask_type=None):
     if mask.dtype != torch.bool:
         raise RuntimeError("Mask should be a boolean tensor")
     if not (self.is_floating_point()):
-        raise RuntimeError(f"\"masked_softmax\" not implemented for '{_cpu_name(self.dtype)}'")
+        raise RuntimeError(f"\"masked_softmax\" not implemented for '{scalar_type_name(self.dtype)}'")
     return _masked_softmax(self, mask, dim, mask_type)
 
 
@@ -173,11 +174,6 @@ def masked_softmax_backward(grad_output, output, mask, dim=None):
     d = grad_output.dim() - 1 if dim is None else dim
     product = (grad_output * output).masked_fill_(mask, 0.0)
     return output.mul(grad_output - product.sum(d, keepdim=True)).masked_fill_(mask, 0.0)
-
-
-def _cpu_name(dtype) -> str:
-    return {torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype).replace("torch.", ""))
 
 
 # -- _native_multi_head_attention -----------------------------------------------------------------

@@ -15,10 +15,10 @@ import math
 
 import torch
 
-from torch_plugin._dtypes import TO_CODE
+from torch_plugin._dtypes import TO_CODE, scalar_type_name
 from torch_plugin.errors import refuse_in_projection
 from torch_plugin.ops._common import check_overlap, common_device, device_ref, resize_out
-from torch_plugin.ops.reduction import _check_out_dtype, _check_supported, _scalar_name
+from torch_plugin.ops.reduction import _check_out_dtype, _check_supported
 from torch_plugin.ops.selection import _FLOATING, _emu, _launch, _not_implemented
 from torch_plugin.ops._overloads import Overloads
 
@@ -56,7 +56,7 @@ def _searchsorted(seq, values, out_int32, right, side, sorter, out=None, scalar=
                                f"tensor {list(seq.shape)}and got sorter tensor {list(sorter.shape)}")
         if sorter.dtype != torch.int64:
             raise RuntimeError(f"torch.searchsorted(): sorter must be a tensor of long dtype but got dtype "
-                               f"{_scalar_name(sorter.dtype)}")
+                               f"{scalar_type_name(sorter.dtype)}")
     if not (values.dim() > 0 or (values.numel() == 1 and seq.dim() == 1)):
         raise RuntimeError(f"torch.searchsorted(): input value can be a scalar only when boundaries tensor dimension "
                            f"is 1, but we got boundaries tensor dim({seq.dim()}) and input value's dim({values.dim()}) "
@@ -75,7 +75,7 @@ def _searchsorted(seq, values, out_int32, right, side, sorter, out=None, scalar=
         if out.dtype != out_dtype:
             raise RuntimeError("torch.searchsorted(): output tensor's dtype is wrong, it can only be Int(int32) or "
                                "Long(int64) depending on whether out_int32 flag is True, but we got output tensor's "
-                               f"dtype {_scalar_name(out.dtype)} and out_int32 flag is {bool(out_int32)}")
+                               f"dtype {scalar_type_name(out.dtype)} and out_int32 flag is {bool(out_int32)}")
         resize_out(out, values.shape)
         check_overlap(name, out, values, seq)
     if out.numel() == 0:
@@ -172,8 +172,8 @@ def _check_weight(x, weight, name):
                            f"{list(x.shape)} and weight with shape {list(weight.shape)}")
     if weight.dtype != x.dtype:
         raise RuntimeError(f"torch.histogramdd: if weight tensor is provided, it should have the same dtype as the "
-                           f"input tensor, but got weight {_scalar_name(weight.dtype)} and input "
-                           f"{_scalar_name(x.dtype)}")
+                           f"input tensor, but got weight {scalar_type_name(weight.dtype)} and input "
+                           f"{scalar_type_name(x.dtype)}")
 
 
 def _outer_edges(rows, d: int, rng) -> tuple[list, list]:
@@ -251,7 +251,7 @@ def _histogramdd_tensors(x, bins, weight, density, name, hist=None):
     for i, e in enumerate(bins):
         if e.dtype != x.dtype:
             raise RuntimeError(f"torch.histogramdd: input tensor and bins tensors should have the same dtype, but got "
-                               f"input {_scalar_name(x.dtype)} and bins for dimension {i} {_scalar_name(e.dtype)}")
+                               f"input {scalar_type_name(x.dtype)} and bins for dimension {i} {scalar_type_name(e.dtype)}")
         if e.dim() != 1:
             raise RuntimeError(f"torch.histogramdd: bins tensor should have one dimension, but got {e.dim()} "
                                f"dimensions in the bins tensor for dimension {i}")

@@ -33,6 +33,8 @@ import warnings
 
 import torch
 
+from torch_plugin._dtypes import SCALAR_TYPE_NAMES
+
 # In-place overloads that change self's metadata by design.
 _RESHAPING_INPLACE = frozenset({
     "resize_", "resize_as_", "set_", "squeeze_", "unsqueeze_", "t_", "transpose_", "swapdims_",
@@ -45,9 +47,6 @@ _META_CANNOT_ANSWER = re.compile(r"\bmeta\b|Meta|data.dependent|item\(\)|DataDep
                                  re.IGNORECASE)
 
 _CAT_FAMILY = frozenset(("cat", "_chunk_cat", "stack", "hstack", "vstack", "dstack", "column_stack"))
-_CPU_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-              torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-              torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble"}
 
 # Meta kernels whose output shapes are not CPU's: the device and dtype verdict stands, the kernel
 # resizes. native_batch_norm's meta gives eval-mode save_mean/save_invstd the channel count, CPU
@@ -57,7 +56,7 @@ _META_SHAPES_DIFFER = frozenset(("native_batch_norm", "_native_batch_norm_legit"
                                  "_native_batch_norm_legit_no_training", "normal"))
 
 _META_CAST = re.compile(r"Attempting to cast from torch\.(\w+) to out tensor with dtype torch\.(\w+)")
-_DTYPES = {str(d).split(".")[-1]: d for d in _CPU_NAMES}
+_DTYPES = {str(d).split(".")[-1]: d for d in SCALAR_TYPE_NAMES}
 
 # Meta kernels that refuse what CPU accepts: the kernel's own checks decide. arange's meta casts
 # a fractional step to an integer dtype before checking it (arange(0, 2, 0.3, dtype=int32) is
@@ -256,12 +255,12 @@ def _error(contract: OverloadContract, error, outs) -> Exception:
     kind, message = error
     cast = _META_CAST.match(message)
     if cast is not None:  # the refs' wording of an unsafe cast; CPU's TensorIterator says it so
-        message = (f"result type {_CPU_NAMES.get(_DTYPES.get(cast[1]), cast[1])} can't be cast to the desired "
-                   f"output type {_CPU_NAMES.get(_DTYPES.get(cast[2]), cast[2])}")
+        message = (f"result type {SCALAR_TYPE_NAMES.get(_DTYPES.get(cast[1]), cast[1])} can't be cast to the desired "
+                   f"output type {SCALAR_TYPE_NAMES.get(_DTYPES.get(cast[2]), cast[2])}")
     if contract.base in _CAT_FAMILY and "cast" in message and outs:
         # CPU's cat kernel states its unsafe-cast rule as a TypeError; its meta kernel as a RuntimeError.
         kind, message = TypeError, (f"torch.cat(): input types can't be cast to the desired output type "
-                                    f"{_CPU_NAMES.get(outs[0].dtype, outs[0].dtype)}")
+                                    f"{SCALAR_TYPE_NAMES.get(outs[0].dtype, outs[0].dtype)}")
     try:
         return kind(message)
     except Exception:  # noqa: BLE001 (an exception type that takes other arguments)

@@ -26,6 +26,7 @@ import math
 
 import torch
 
+from torch_plugin._dtypes import scalar_type_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, resize_out, rt)
@@ -39,19 +40,9 @@ _COMPLEX_OF = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 _REAL_OF = {c: r for r, c in _COMPLEX_OF.items()}
 _FFT_REAL = tuple(_COMPLEX_OF)
 _FFT_COMPLEX = tuple(_REAL_OF)
-# c10's ScalarType names, for CPU's messages.
-_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-                 torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble", torch.complex32: "ComplexHalf",
-                 torch.bool: "Bool", torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short",
-                 torch.int32: "Int", torch.int64: "Long", torch.uint16: "UInt16", torch.uint32: "UInt32",
-                 torch.uint64: "UInt64"}
 
 C2C, R2C, C2R = 0, 1, 2
 _PYTHON_COMPLEX = complex  # (``complex`` below is the aten op's kernel)
-
-
-def _name(dtype) -> str:
-    return _SCALAR_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
@@ -145,11 +136,11 @@ def _checked_input(op: str, self, dim, complex_input: bool):
     device = common_device(op, self)
     if complex_input:
         if not self.is_complex():
-            raise RuntimeError(f"Only supports complex dtypes, but found: {_name(self.dtype)}")
+            raise RuntimeError(f"Only supports complex dtypes, but found: {scalar_type_name(self.dtype)}")
         allowed = _FFT_COMPLEX
     else:
         if not self.is_floating_point():
-            raise RuntimeError(f"Only supports floating-point dtypes, but found: {_name(self.dtype)}")
+            raise RuntimeError(f"Only supports floating-point dtypes, but found: {scalar_type_name(self.dtype)}")
         allowed = _FFT_REAL
     if self.dtype not in allowed:
         raise unsupported_dtype(op, self.dtype, allowed)
@@ -267,17 +258,17 @@ def _launch_binary(kernel: str, params: tuple, out, a, b, shape, result_dtype, d
 def _complex_parts(op: str, mode: int, a, b, out=None):
     device = common_device(op, a, b, *(() if out is None else (out,)))
     if a.dtype not in _COMPLEX_PART_DTYPES or b.dtype not in _COMPLEX_PART_DTYPES:
-        raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got {_name(a.dtype)} "
-                           f"and {_name(b.dtype)}")
+        raise RuntimeError(f"Expected both inputs to be Half, Float or Double tensors but got {scalar_type_name(a.dtype)} "
+                           f"and {scalar_type_name(b.dtype)}")
     if a.dtype != b.dtype:
-        raise RuntimeError(f"Expected object of scalar type {_name(a.dtype)} but got scalar type {_name(b.dtype)} "
+        raise RuntimeError(f"Expected object of scalar type {scalar_type_name(a.dtype)} but got scalar type {scalar_type_name(b.dtype)} "
                            "for second argument")
     if a.dtype not in _COMPLEX_OF:  # float16 -> complex32, which the device cannot store
         raise unsupported_dtype(op, a.dtype, _FFT_REAL)
     result_dtype = _COMPLEX_OF[a.dtype]
     if out is not None and out.dtype != result_dtype:
-        raise RuntimeError(f"Expected object of scalar type {_name(result_dtype)} but got scalar type "
-                           f"{_name(out.dtype)} for argument 'out'")
+        raise RuntimeError(f"Expected object of scalar type {scalar_type_name(result_dtype)} but got scalar type "
+                           f"{scalar_type_name(out.dtype)} for argument 'out'")
     shape = broadcast_shape(tuple(a.shape), tuple(b.shape))
     if out is None:
         out = empty_like_layout(shape, result_dtype, device, a, b)

@@ -26,10 +26,10 @@ import warnings
 
 import torch
 
-from torch_plugin._dtypes import FLOATING
+from torch_plugin._dtypes import FLOATING, scalar_type_name
 from torch_plugin.errors import AROUND_SHAPE, refuse_in_projection, unsupported_dtype
 from torch_plugin.ops._common import broadcast_shape, broadcast_strides, check_overlap, common_device, device_ref
-from torch_plugin.ops._indexing_common import (_INT_INDEX, _OUT_OF_BOUNDS, _OUT_OF_RANGE, _REDUCE_CODES, _dtype_name,
+from torch_plugin.ops._indexing_common import (_INT_INDEX, _OUT_OF_BOUNDS, _OUT_OF_RANGE, _REDUCE_CODES,
                                                _emu, _gather_launch, _launch, _on_device, _prepare_out, _ref1,
                                                _scalar_value, _scatter_launch, _shape1, _supported, _vector_stride,
                                                _wrap_dim, _zero_strides_except)
@@ -248,7 +248,7 @@ def _index_put_impl_(self, indices, values, accumulate=False, unsafe=False):
     _supported(name, self, values)
     if values.dtype != self.dtype:
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
-                           f"{_dtype_name(self.dtype)} for the destination and {_dtype_name(values.dtype)} for the source.")
+                           f"{scalar_type_name(self.dtype)} for the destination and {scalar_type_name(values.dtype)} for the source.")
     if torch._debug_has_internal_overlap(self) == 1:
         raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
                            "single memory location. Please clone() the tensor before performing the operation.")
@@ -465,20 +465,20 @@ def _index_accumulate(kind, self, dim, index, source, alpha=1, out=None, inplace
     if index.dim() > 1:
         if kind == "index_add":
             raise IndexError(f"{name}: Index is supposed to be a vector, but got dim: {index.dim()} with type: "
-                             f"{_dtype_name(index.dtype)} and size: {list(index.shape)}")
+                             f"{scalar_type_name(index.dtype)} and size: {list(index.shape)}")
         raise IndexError(f"{name}: Index should have dimension 1 or 0 (got {index.dim()})")
     if kind == "index_add":
         if index.dtype not in _INT_INDEX:
             raise RuntimeError(f"{name}: Expected dtype int32/int64 for index")
         if source.dtype != self.dtype:
-            raise RuntimeError(f"{name}: self ({_dtype_name(self.dtype)}) and source ({_dtype_name(source.dtype)}) "
+            raise RuntimeError(f"{name}: self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) "
                                "must have the same scalar type")
     else:
         if index.dtype != torch.int64:
-            raise RuntimeError(f"{name}: Expected a long tensor for index, but got {_dtype_name(index.dtype)}")
+            raise RuntimeError(f"{name}: Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
         if source.dtype != self.dtype:
             raise RuntimeError(f"{name}: self and source expected to have the same dtype, but got (self) "
-                               f"{_dtype_name(self.dtype)} and (source) {_dtype_name(source.dtype)}")
+                               f"{scalar_type_name(self.dtype)} and (source) {scalar_type_name(source.dtype)}")
     d = _wrap_dim(dim, self.dim())
     _check_index_source(name, self, d, index, source)
     if inplace:
@@ -619,11 +619,11 @@ def _index_reduce(self, dim, index, source, reduce, include_self, out=None, inpl
     _supported("aten::index_reduce", self, source)
     if index.dim() > 1:
         raise IndexError(f"{name}: Index is supposed to be a vector, but got dim: {index.dim()} with type: "
-                         f"{_dtype_name(index.dtype)} and size: {list(index.shape)}")
+                         f"{scalar_type_name(index.dtype)} and size: {list(index.shape)}")
     if index.dtype not in _INT_INDEX:
-        raise RuntimeError(f"{name}: Expected dtype int32/int64 for index but got: {_dtype_name(index.dtype)}")
+        raise RuntimeError(f"{name}: Expected dtype int32/int64 for index but got: {scalar_type_name(index.dtype)}")
     if source.dtype != self.dtype:
-        raise RuntimeError(f"{name}: self ({_dtype_name(self.dtype)}) and source ({_dtype_name(source.dtype)}) "
+        raise RuntimeError(f"{name}: self ({scalar_type_name(self.dtype)}) and source ({scalar_type_name(source.dtype)}) "
                            "must have the same scalar type")
     if self.dtype == torch.bool:
         raise NotImplementedError("\"index_reduce_func_cpu_\" not implemented for 'Bool' (on emu, as on CPU)")
@@ -675,7 +675,7 @@ def _take(self, index, out=None):
     device = common_device(name, self, index, *([out] if out is not None else []))
     _supported(name, self)
     if index.dtype != torch.int64:
-        raise RuntimeError(f"take(): Expected a long tensor for index, but got {_dtype_name(index.dtype)}")
+        raise RuntimeError(f"take(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
     if self.numel() == 0 and index.numel() != 0:
         raise IndexError("take(): tried to take from an empty tensor")
     result = _prepare_out(name, out, tuple(index.shape), self.dtype, device, self, index)
@@ -703,10 +703,10 @@ def put_(self, index, source, accumulate=False):
     device = common_device(name, self, index, source)
     _supported(name, self, source)
     if index.dtype != torch.int64:
-        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {_dtype_name(index.dtype)}")
+        raise RuntimeError(f"put_(): Expected a long tensor for index, but got {scalar_type_name(index.dtype)}")
     if source.dtype != self.dtype:
         raise RuntimeError(f"put_(): self and source expected to have the same dtype, but got self.dtype = "
-                           f"{_dtype_name(self.dtype)} and source.dtype = {_dtype_name(source.dtype)}")
+                           f"{scalar_type_name(self.dtype)} and source.dtype = {scalar_type_name(source.dtype)}")
     if source.numel() != index.numel():
         raise IndexError(f"put_(): Expected source and index to have the same number of elements, but got "
                          f"source.numel() = {source.numel()}, index.numel() = {index.numel()}")

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOATING
+from torch_plugin._dtypes import FLOATING, scalar_type_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (_byte_range, check_overlap, common_device, device_ref, empty_like_layout,
                                       resize_out)
-from torch_plugin.ops._indexing_common import _dtype_name, _emu, _launch, _prepare_out, _ref1, _supported, _wrap_dim
+from torch_plugin.ops._indexing_common import _emu, _launch, _prepare_out, _ref1, _supported, _wrap_dim
 from torch_plugin.ops._overloads import Overloads
 
 OVERLOADS = Overloads(__name__)
@@ -77,7 +77,7 @@ def _cat(tensors, dim, out=None):
         _supported("aten::cat", out)
         if not torch.can_cast(dtype, out.dtype):
             raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "  # CPU's type
-                            f"{_dtype_name(out.dtype)}")
+                            f"{scalar_type_name(out.dtype)}")
         for i, t in enumerate(tensors):
             if out.numel() and t.numel() and torch._C._is_alias_of(t, out) and _overlaps(t, out):
                 raise RuntimeError("torch.cat(): unsupported operation: the input tensors cannot refer to any of the "

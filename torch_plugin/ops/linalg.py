@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
+from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE, scalar_type_name, type_meta_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_strides, check_overlap, common_device, current_stream,
                                       device_ref, resize_out, rt)
@@ -30,18 +30,6 @@ OVERLOADS = Overloads(__name__)
 
 # Dtypes of the matrix engine's GEMM: floating and integer, not bool.
 GEMM_DTYPES = frozenset(SUPPORTED - {torch.bool})
-_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-          torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
-          torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char"}
-_TITLE = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-          torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-          torch.uint8: "Byte", torch.bool: "Bool"}
-
-
-def _title(dtype) -> str:
-    return _TITLE.get(dtype, str(dtype))
-
-
 def _check_gemm_dtypes(op: str, *tensors) -> None:
     for t in tensors:  # before anything is allocated or launched
         if t is not None and t.dtype not in GEMM_DTYPES:
@@ -97,8 +85,8 @@ def _prepare_out(op, out, shape, dtype, *inputs, products=()):
     alias it exactly: the in-place form)."""
     common_device(op, out, *inputs)
     if out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {_NAMES.get(dtype, dtype)}, but got "
-                           f"{_NAMES.get(out.dtype, out.dtype)} instead")
+        raise RuntimeError(f"Expected out tensor to have dtype {type_meta_name(dtype)}, but got "
+                           f"{type_meta_name(out.dtype)} instead")
     # An out that must be resized cannot alias a multiplied operand: the resize would change the
     # operand under the product (CPU computes garbage there). Refuse it before anything changes.
     # (An exact alias of the right shape is fine: the kernel reads its inputs before it writes.)
@@ -223,10 +211,10 @@ def _check_batches(op, b1, b2, same_batch_message=False):
 
 def _check_same_dtype_3(self, b1, b2):
     if self is not None and not (self.dtype == b1.dtype == b2.dtype):
-        raise RuntimeError(f"Input dtypes must be the same, got: input {_NAMES.get(self.dtype, self.dtype)}, "
-                           f"batch1: {_NAMES.get(b1.dtype, b1.dtype)}, batch2: {_NAMES.get(b2.dtype, b2.dtype)}")
+        raise RuntimeError(f"Input dtypes must be the same, got: input {type_meta_name(self.dtype)}, "
+                           f"batch1: {type_meta_name(b1.dtype)}, batch2: {type_meta_name(b2.dtype)}")
     if b1.dtype != b2.dtype:
-        raise RuntimeError(f"expected scalar type {_title(b1.dtype)} but found {_title(b2.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(b1.dtype)} but found {scalar_type_name(b2.dtype)}")
 
 
 def _batched(op, kernel, out, b1, b2, bias, beta, alpha):
@@ -344,8 +332,8 @@ def _check_addmv(op, self, mat, vec):
                            f"vec ({vec.shape[0]})")
     result_dtype = vec.dtype if self is None else self.dtype
     if not (mat.dtype == vec.dtype == result_dtype):
-        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {_title(result_dtype)}, "
-                           f"{_title(mat.dtype)}, and {_title(vec.dtype)}")
+        raise RuntimeError(f"addmv input tensors must have the same dtype, but got {scalar_type_name(result_dtype)}, "
+                           f"{scalar_type_name(mat.dtype)}, and {scalar_type_name(vec.dtype)}")
 
 
 def _addmv(op, out, self, mat, vec, beta, alpha):
@@ -399,7 +387,7 @@ def _check_dot(op, a, b):
         raise RuntimeError(f"1D tensors expected, but got {a.dim()}D and {b.dim()}D tensors")
     if a.dtype != b.dtype:
         raise RuntimeError(f"{op.split('::')[-1].split('.')[0]} : expected both vectors to have same dtype, "
-                           f"but found {_title(a.dtype)} and {_title(b.dtype)}")
+                           f"but found {scalar_type_name(a.dtype)} and {scalar_type_name(b.dtype)}")
     if a.numel() != b.numel():
         raise RuntimeError(f"inconsistent tensor size, expected tensor [{a.numel()}] and src [{b.numel()}] to have "
                            f"the same number of elements, but got {a.numel()} and {b.numel()} elements respectively")
@@ -413,7 +401,7 @@ def _dot(op, a, b, out=None):
     else:
         common_device(op, out, a, b)
         if out.dtype != a.dtype:
-            raise RuntimeError(f"result dtype {_title(out.dtype)} does not match input dtype {_title(a.dtype)}")
+            raise RuntimeError(f"result dtype {scalar_type_name(out.dtype)} does not match input dtype {scalar_type_name(a.dtype)}")
         resize_out(out, ())
         check_overlap(op, out, a, b)
     _matmul(op, out.as_strided((1, 1), (1, 1)), _row(a), _col(b), None, 0, 1)
@@ -481,8 +469,8 @@ def _addr(op, out, self, v1, v2, beta, alpha, inplace=False):
         if out.dtype not in SUPPORTED:
             raise unsupported_dtype(op, out.dtype, SUPPORTED)
         if not torch.can_cast(result_dtype, out.dtype):
-            raise RuntimeError(f"result type {_title(result_dtype)} can't be cast to the desired output type "
-                               f"{_title(out.dtype)}")
+            raise RuntimeError(f"result type {scalar_type_name(result_dtype)} can't be cast to the desired output type "
+                               f"{scalar_type_name(out.dtype)}")
         resize_out(out, (M, N))
         check_overlap(op, out, self, v1, v2)
     if out.numel() == 0:

@@ -15,11 +15,11 @@ import warnings
 
 import torch
 
-from torch_plugin._dtypes import SUPPORTED, TO_CODE
+from torch_plugin._dtypes import SUPPORTED, TO_CODE, scalar_type_name
 from torch_plugin.errors import AROUND_SHAPE, refuse_in_projection, unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device, device_ref,
                                       empty_like_layout, prepare_out, resize_out)
-from torch_plugin.ops._indexing_common import (_check_out_dtype, _dtype_name, _emu, _launch, _on_device,
+from torch_plugin.ops._indexing_common import (_check_out_dtype, _emu, _launch, _on_device,
                                                _scalar_value, _supported)
 from torch_plugin.ops._overloads import Overloads
 
@@ -43,7 +43,7 @@ def _where(cond, a, b, out=None):
     _supported(name, a, b)
     if cond.dtype != torch.bool:
         raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
-                           f"{_dtype_name(cond.dtype)}")
+                           f"{scalar_type_name(cond.dtype)}")
     dtype = torch.result_type(a, b)
     if dtype not in SUPPORTED:
         raise unsupported_dtype(name, dtype, SUPPORTED)
@@ -126,7 +126,7 @@ def _nonzero(x, out=None):
     _supported(name, x)
     if out is not None and out.dtype != torch.int64:
         raise RuntimeError(f"nonzero: Expected out tensor to have scalar type Long but got scalar type "
-                           f"{_dtype_name(out.dtype)}")
+                           f"{scalar_type_name(out.dtype)}")
     if x.numel():
         refuse_in_projection(name, "its output size is the number of nonzero elements (data)", AROUND_SHAPE)
     n = _count(x) if x.numel() else 0
@@ -196,7 +196,7 @@ def masked_scatter_(self, mask, source):
                            f"{str(mask.dtype).replace('torch.', '')}")
     if self.dtype != source.dtype:
         raise RuntimeError(f"masked_scatter_: expected self and source to have same dtypes but got "
-                           f"{_dtype_name(self.dtype)} and {_dtype_name(source.dtype)}")
+                           f"{scalar_type_name(self.dtype)} and {scalar_type_name(source.dtype)}")
     shape = tuple(self.shape)
     if broadcast_shape(shape, tuple(mask.shape)) != shape:
         raise RuntimeError(f"masked_scatter_: mask of shape {list(mask.shape)} cannot be broadcast to self "
@@ -227,7 +227,7 @@ def _nonzero_static(self, size, fill_value=-1, out=None):
     else:
         if out.dtype != torch.int64:
             raise RuntimeError(f"nonzero_static: Expected out tensor to have scalar type Long but got scalar type "
-                               f"{_dtype_name(out.dtype)}")
+                               f"{scalar_type_name(out.dtype)}")
         check_overlap(name, out, self)
         if tuple(out.shape) != shape:
             out.resize_(shape)

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from torch_plugin._dtypes import SUPPORTED, TO_CODE
+from torch_plugin._dtypes import SUPPORTED, TO_CODE, scalar_type_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
                                       current_stream, device_ref, empty_like_layout, prepare_out, resize_out,
@@ -360,18 +360,18 @@ def _check_same_dtype(row: Pointwise, name: str, inputs, out, result) -> None:
                 continue
             if row.name == "lerp":
                 which = "weight" if len(tensors) == 3 and x is tensors[2] else "end"
-                raise RuntimeError(f"expected dtype {_cpu_name(first).lower()} for `{which}` but got dtype "
-                                   f"{_cpu_name(x.dtype).lower()}")
+                raise RuntimeError(f"expected dtype {scalar_type_name(first).lower()} for `{which}` but got dtype "
+                                   f"{scalar_type_name(x.dtype).lower()}")
             if row.name == "heaviside":
                 raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
-            raise RuntimeError(f"Found dtype {_cpu_name(x.dtype)} but expected {_cpu_name(first)}")
+            raise RuntimeError(f"Found dtype {scalar_type_name(x.dtype)} but expected {scalar_type_name(first)}")
     if out is not None and out.dtype != result and name[6:] in SAME_DTYPE_OUT:
         if row.name == "nan_to_num":
-            raise RuntimeError(f"nan_to_num: dtype of out: {_cpu_name(out.dtype)} should be same as input: "
-                               f"{_cpu_name(result)}")
+            raise RuntimeError(f"nan_to_num: dtype of out: {scalar_type_name(out.dtype)} should be same as input: "
+                               f"{scalar_type_name(result)}")
         if row.name == "heaviside":
             raise RuntimeError("heaviside is not yet implemented for tensors with different dtypes.")
-        raise RuntimeError(f"Found dtype {_cpu_name(out.dtype)} but expected {_cpu_name(result)}")
+        raise RuntimeError(f"Found dtype {scalar_type_name(out.dtype)} but expected {scalar_type_name(result)}")
 
 
 # -- type promotion --------------------------------------------------------------------
@@ -429,22 +429,16 @@ def _check_dtypes(row: Pointwise, name: str, common: torch.dtype, inputs) -> Non
         raise unsupported_dtype(name, common, SUPPORTED)
     allowed = row.dtypes
     if allowed == "float" and not common.is_floating_point:
-        raise RuntimeError(f'"{row.name}" not implemented for \'{_cpu_name(common)}\' (emu supports floating dtypes)')
+        raise RuntimeError(f'"{row.name}" not implemented for \'{scalar_type_name(common)}\' (emu supports floating dtypes)')
     if allowed == "float32_64" and common not in (torch.float32, torch.float64):
-        raise RuntimeError(f'"{row.name}" not implemented for \'{_cpu_name(common)}\' (emu supports float32 and float64)')
+        raise RuntimeError(f'"{row.name}" not implemented for \'{scalar_type_name(common)}\' (emu supports float32 and float64)')
     if allowed in ("integral", "integral_no_bool") and common.is_floating_point:
-        raise RuntimeError(f'"{row.name}_cpu" not implemented for \'{_cpu_name(common)}\'')
+        raise RuntimeError(f'"{row.name}_cpu" not implemented for \'{scalar_type_name(common)}\'')
     if allowed in ("no_bool", "integral_no_bool") and common == torch.bool:
         if row.code == "neg":
             raise RuntimeError("Negation, the `-` operator, on a bool tensor is not supported. If you are trying "
                                "to invert a mask, use the `~` or `logical_not()` operator instead.")
         raise RuntimeError(f'"{row.name}_cpu" not implemented for \'Bool\'')
-
-
-def _cpu_name(dtype) -> str:
-    return {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-            torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
-            torch.uint8: "Byte", torch.bool: "Bool"}.get(dtype, str(dtype))
 
 
 # -- the generated kernels -----------------------------------------------------------------
@@ -483,8 +477,8 @@ def _launch(row: Pointwise, name: str, inputs, extra, kwargs, out, inplace: bool
         if tuple(out.shape) != tuple(shape):
             raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape {list(shape)}")
         if out.dtype != result and not torch.can_cast(result, out.dtype):
-            raise RuntimeError(f"result type {_cpu_name(result)} can't be cast to the desired output type "
-                               f"{_cpu_name(out.dtype)}")
+            raise RuntimeError(f"result type {scalar_type_name(result)} can't be cast to the desired output type "
+                               f"{scalar_type_name(out.dtype)}")
         check_overlap(name, out, *tensors)
     elif out is not None:
         if out.dtype not in SUPPORTED:
@@ -595,7 +589,6 @@ def registrations() -> dict:
 def table_overloads_missing() -> list[str]:
     """Overloads the table names that this torch does not define (tests keep it short)."""
     return [o for row in TABLE for o in row.overloads if _overload_packet(o) is None]
-
 
 
 # -- ops beyond one row: several outputs, composites of device ops ------------------------------
@@ -713,7 +706,7 @@ def rrelu_with_noise_out(self, noise, lower=0.125, upper=1.0 / 3, training=False
     element, recorded in noise (1 elsewhere); otherwise leaky_relu with slope (lower + upper) / 2."""
     lower, upper = _rrelu_check(lower, upper)
     if not self.dtype.is_floating_point:
-        raise RuntimeError(f'"rrelu_with_noise" not implemented for \'{_cpu_name(self.dtype)}\'')
+        raise RuntimeError(f'"rrelu_with_noise" not implemented for \'{scalar_type_name(self.dtype)}\'')
     if not training:
         return torch.nn.functional.leaky_relu(self, (lower + upper) / 2) if out is None else \
             torch.ops.aten.leaky_relu.out(self, (lower + upper) / 2, out=out)
@@ -749,7 +742,7 @@ def _renorm_factor(self, p, dim, maxnorm):
     if not maxnorm >= 0:
         raise RuntimeError(f"renorm: expected maxnorm to be >= 0 but got {maxnorm}")
     if not self.dtype.is_floating_point:
-        raise RuntimeError(f'"renorm_out" not implemented for \'{_cpu_name(self.dtype)}\'')
+        raise RuntimeError(f'"renorm_out" not implemented for \'{scalar_type_name(self.dtype)}\'')
     dim = _wrap_dim(dim, self.dim())
     # A composite of device ops, as CPU's renorm: the norm of each slice along dim, then a scale of
     # maxnorm / (norm + 1e-7) where the norm exceeds maxnorm.

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import FLOAT8, FLOATING, TO_CODE, scalar_type_name
+from torch_plugin._dtypes import FLOAT8, FLOATING, scalar_type_name
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 from torch_plugin.ops._overloads import Overloads
 
@@ -29,7 +29,6 @@ OVERLOADS = Overloads(__name__)
 _HALF_OR_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 _CPP = {torch.float32: "float", torch.int32: "int", torch.int8: "signed char", torch.uint8: "unsigned char",
         torch.bfloat16: "c10::BFloat16", torch.float16: "c10::Half", torch.float64: "double"}
-_TITLE = {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16", torch.float16: "Half"}
 
 
 def _cpp(dtype) -> str:
@@ -110,7 +109,7 @@ def weight_int8pack_mm(a, b, scales):
     if scales.dim() != 1 or scales.shape[0] != b.shape[0]:
         raise RuntimeError(f"{op} : expect scales to be 1d tensor with size {b.shape[0]}")
     if scales.dtype != a.dtype:
-        raise RuntimeError(f"expected scalar type {_TITLE[a.dtype]} but found {_TITLE.get(scales.dtype, scales.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(a.dtype)} but found {scalar_type_name(scales.dtype)}")
     out = torch.empty((a.shape[0], b.shape[0]), dtype=a.dtype, device=_emu(device))
     if out.numel():
         rt().launch("weight_int8pack_mm", (device_ref(out), device_ref(a), device_ref(b), device_ref(scales)),
@@ -169,8 +168,8 @@ def weight_int4pack_mm_for_cpu(a, w, group_size, scales_zeros):
     if scales_zeros.dim() != 3 or tuple(scales_zeros.shape[1:]) != (N, 2) or scales_zeros.shape[0] * group_size < K:
         raise RuntimeError(f"{op}: expect qScaleAndZeros to be 3d tensor with sizes [{-(-K // group_size)}, {N}, 2]")
     if scales_zeros.dtype != a.dtype:
-        raise RuntimeError(f"expected scalar type {_TITLE[a.dtype]} but found "
-                           f"{_TITLE.get(scales_zeros.dtype, scales_zeros.dtype)}")
+        raise RuntimeError(f"expected scalar type {scalar_type_name(a.dtype)} but found "
+                           f"{scalar_type_name(scales_zeros.dtype)}")
     out = torch.empty((a.shape[0], N), dtype=a.dtype, device=_emu(device))
     if out.numel():
         rt().launch("int4pack_mm", (device_ref(out), device_ref(a), device_ref(w), int(group_size),

@@ -27,7 +27,7 @@ import warnings
 
 import torch
 
-from torch_plugin._dtypes import SUPPORTED, TO_CODE
+from torch_plugin._dtypes import SUPPORTED, TO_CODE, scalar_type_name, type_meta_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 from torch_plugin.ops._overloads import Overloads
@@ -101,19 +101,6 @@ def sum_out(x, dim=None, keepdim=False, *, dtype=None, out):
 # The generic reduction kernel ("reduce": sum, prod, mean, max, min, argmax, argmin, var, std,
 # all, any, norm, logsumexp over a set of dims); the scan kernel ("scan") is ops/scan.py's.
 
-_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-               torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
-               torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
-               torch.bool: "bool"}  # caffe2 TypeMeta names, as in CPU's "Expected out tensor to have dtype"
-_SCALAR_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half",
-                 torch.bfloat16: "BFloat16", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
-                 torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool"}
-
-
-def _scalar_name(dtype) -> str:
-    return _SCALAR_NAMES.get(dtype, str(dtype).replace("torch.", ""))
-
-
 def _check_supported(name: str, *dtypes) -> None:
     for dtype in dtypes:
         if dtype not in SUPPORTED:
@@ -122,14 +109,14 @@ def _check_supported(name: str, *dtypes) -> None:
 
 def _check_out_dtype(out, dtype) -> None:
     if out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {_META_NAMES.get(dtype, dtype)}, but got "
-                           f"{_META_NAMES.get(out.dtype, out.dtype)} instead")
+        raise RuntimeError(f"Expected out tensor to have dtype {type_meta_name(dtype)}, but got "
+                           f"{type_meta_name(out.dtype)} instead")
 
 
 def _check_out_cast(out, result_dtype) -> None:
     if not torch.can_cast(result_dtype, out.dtype):
-        raise RuntimeError(f"result type {_scalar_name(result_dtype)} can't be cast to the desired output type "
-                           f"{_scalar_name(out.dtype)}")
+        raise RuntimeError(f"result type {scalar_type_name(result_dtype)} can't be cast to the desired output type "
+                           f"{scalar_type_name(out.dtype)}")
 
 
 def _wrap_dim(dim: int, ndim: int) -> int:
@@ -209,7 +196,7 @@ def _mean(x, dim, keepdim, dtype, out=None):
     if not in_dtype.is_floating_point:
         which = "Optional" if dtype is not None else "Input"
         raise RuntimeError(f"mean(): could not infer output dtype. {which} dtype must be either a floating point "
-                           f"or complex dtype. Got: {_scalar_name(in_dtype)}")
+                           f"or complex dtype. Got: {scalar_type_name(in_dtype)}")
     if out is not None:
         if dtype is not None:
             _check_out_dtype(out, dtype)
@@ -281,8 +268,8 @@ def _amax_amin(op, x, dim, keepdim, out=None):
     common_device(name, x)
     _check_supported(name, x.dtype)
     if out is not None and out.dtype != x.dtype:
-        raise RuntimeError(f"Expected the dtype for input and out to match, but got {_scalar_name(x.dtype)} for "
-                           f"input's dtype and {_scalar_name(out.dtype)} for out's dtype.")
+        raise RuntimeError(f"Expected the dtype for input and out to match, but got {scalar_type_name(x.dtype)} for "
+                           f"input's dtype and {scalar_type_name(out.dtype)} for out's dtype.")
     dim = _int_dims(dim)
     dims = _reduced_dims(name, x.dim(), dim)
     _check_nonempty(f"a{op}", x, dims, not dim)
@@ -516,20 +503,20 @@ def _vector_norm(x, ord, dim, keepdim, dtype, out=None, api="linalg.vector_norm"
     if not x.dtype.is_floating_point:
         if api == "norm":
             raise RuntimeError(f"norm(): input dtype should be either floating point or complex. Got "
-                               f"{_scalar_name(x.dtype)} instead.")
+                               f"{scalar_type_name(x.dtype)} instead.")
         raise RuntimeError(f"linalg.vector_norm: Expected a floating point or complex tensor as input. Got "
-                           f"{_scalar_name(x.dtype)}")
+                           f"{scalar_type_name(x.dtype)}")
     if dtype is not None:
         _check_supported(name, dtype)
         if not dtype.is_floating_point:
             if api == "norm":
                 raise RuntimeError(f"norm(): the desired output dtype should be either floating point or complex. "
-                                   f"Got {_scalar_name(dtype)} instead.")
+                                   f"Got {scalar_type_name(dtype)} instead.")
             raise RuntimeError(f"linalg.vector_norm: dtype should be floating point or complex, but got "
-                               f"{_scalar_name(dtype)}")
+                               f"{scalar_type_name(dtype)}")
         if torch.promote_types(x.dtype, dtype) != dtype:
-            raise RuntimeError(f"linalg.vector_norm: the dtype of the input ({_scalar_name(x.dtype)}) should be "
-                               f"convertible without narrowing to the specified dtype ({_scalar_name(dtype)})")
+            raise RuntimeError(f"linalg.vector_norm: the dtype of the input ({scalar_type_name(x.dtype)}) should be "
+                               f"convertible without narrowing to the specified dtype ({scalar_type_name(dtype)})")
     result_dtype = dtype if dtype is not None else x.dtype
     if out is not None:
         _check_out_dtype(out, result_dtype)
@@ -591,7 +578,7 @@ def _all_any(op, x, dim, keepdim, out=None, reduce_all_for_empty=True):
     _check_supported(name, x.dtype)
     result_dtype = torch.uint8 if x.dtype == torch.uint8 else torch.bool
     if out is not None and out.dtype not in (torch.bool, torch.uint8):
-        raise RuntimeError(f"{op} only supports bool tensor for result, got: {_scalar_name(out.dtype)}")
+        raise RuntimeError(f"{op} only supports bool tensor for result, got: {scalar_type_name(out.dtype)}")
     if dim is not None and len(dim) == 0 and not reduce_all_for_empty:
         dims = ()  # all.dims / any.dims with dim=[]: nothing is reduced
     else:
@@ -657,7 +644,7 @@ def _logsumexp(x, dim, keepdim, out=None):
     else:
         if not out.dtype.is_floating_point:
             raise RuntimeError(f"logsumexp(): Expected floating point type for result tensor, but got: "
-                               f"{_scalar_name(out.dtype)}")
+                               f"{scalar_type_name(out.dtype)}")
         result_dtype = out.dtype
     dim = _int_dims(dim)
     if not dim and x.dim() > 0 and x.numel() > 0:

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import TO_CODE
+from torch_plugin._dtypes import TO_CODE, type_meta_name
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, rt
 from torch_plugin.ops._overloads import Overloads
-from torch_plugin.ops.reduction import (_META_NAMES, _check_out_dtype, _check_supported, _integral_promoted, _output,
+from torch_plugin.ops.reduction import (_check_out_dtype, _check_supported, _integral_promoted, _output,
                                         _wrap_dim)
 
 OVERLOADS = Overloads(__name__)
@@ -22,8 +22,8 @@ def _scan(op, x, dim, dtype, out=None, inplace=False):
     _check_supported(name, x.dtype)
     if inplace:
         if dtype is not None and dtype != x.dtype:
-            raise RuntimeError(f"Bad in-place call: input tensor dtype {_META_NAMES.get(x.dtype, x.dtype)} and "
-                               f"output tensor dtype {_META_NAMES.get(dtype, dtype)} should match")
+            raise RuntimeError(f"Bad in-place call: input tensor dtype {type_meta_name(x.dtype)} and "
+                               f"output tensor dtype {type_meta_name(dtype)} should match")
         dtype = x.dtype
         out = x
     elif out is not None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import torch
 
-from torch_plugin._dtypes import SUPPORTED
+from torch_plugin._dtypes import SUPPORTED, scalar_type_name
 from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
 from torch_plugin.ops.reduction import (_check_out_dtype, _check_supported, _keep_strides, _launch_reduce, _output,
-                                        _scalar_name, _shapes, _wrap_dim)
+                                        _shapes, _wrap_dim)
 from torch_plugin.ops._overloads import Overloads
 
 OVERLOADS = Overloads(__name__)
@@ -35,7 +35,7 @@ def _launch(kernel: str, args: tuple, device: int) -> None:
 
 def _not_implemented(kernel: str, dtype) -> NotImplementedError:
     """CPU's own rejection of a dtype (its dispatch macro's message)."""
-    return NotImplementedError(f"\"{kernel}\" not implemented for '{_scalar_name(dtype)}'")
+    return NotImplementedError(f"\"{kernel}\" not implemented for '{scalar_type_name(dtype)}'")
 
 
 def _floating_only(kernel: str, dtype) -> None:
