@@ -510,24 +510,6 @@ def _pool_args(op: Operand):
     return op.addr, op.dtype, op.strides, op.shape
 
 
-def _upsample_nearest2d(out: Operand, x: Operand, scale_h: float, scale_w: float):
-    _module('resample').upsample_nearest2d(*_pool_args(out), *_pool_args(x), scale_h, scale_w)
-
-
-def _upsample_nearest2d_backward(grad_input: Operand, grad_output: Operand, scale_h: float, scale_w: float):
-    _module('resample').upsample_nearest2d_backward(*_pool_args(grad_input), *_pool_args(grad_output), scale_h, scale_w)
-
-
-def _upsample_bilinear2d(out: Operand, x: Operand, align_corners: bool, scale_h: float, scale_w: float):
-    _module('resample').upsample_bilinear2d(*_pool_args(out), *_pool_args(x), align_corners, scale_h, scale_w)
-
-
-def _upsample_bilinear2d_backward(grad_input: Operand, grad_output: Operand, align_corners: bool,
-                                  scale_h: float, scale_w: float):
-    _module('resample').upsample_bilinear2d_backward(*_pool_args(grad_input), *_pool_args(grad_output),
-                                                 align_corners, scale_h, scale_w)
-
-
 def _window_cost(reads_per_output):
     """Cost of a windowed kernel (pooling, upsampling): ``reads_per_output(*args)`` inputs are read per
     element of the first operand (a backward pass scatters as many); HBM streams every operand once."""
@@ -1227,14 +1209,15 @@ def _adaptive_avg_pool_backward(grad_input: Operand, grad_output: Operand):
     _module('pooling').adaptive_avg_pool_backward(*_pool_args(grad_input), *_pool_args(grad_output))
 
 
-def _upsample_nearest3d(out: Operand, x: Operand, exact: bool, sd: float, sh: float, sw: float):
-    _module('resample').upsample_nearest3d(*_pool_args(out), *_pool_args(x), exact, (sd, sh, sw))
+def _upsample_nearest(out: Operand, x: Operand, exact: bool, sd: float, sh: float, sw: float):
+    """(N, C, D, H, W) views; 1-d and 2-d operands padded with unit dims (resample.pyx)."""
+    _module('resample').upsample_nearest(*_pool_args(out), *_pool_args(x), exact, (sd, sh, sw))
 
 
-def _upsample_nearest3d_backward(grad_input: Operand, grad_output: Operand, exact: bool, sd: float, sh: float,
-                                 sw: float):
-    _module('resample').upsample_nearest3d_backward(*_pool_args(grad_input), *_pool_args(grad_output), exact,
-                                                (sd, sh, sw))
+def _upsample_nearest_backward(grad_input: Operand, grad_output: Operand, exact: bool, sd: float, sh: float,
+                               sw: float):
+    _module('resample').upsample_nearest_backward(*_pool_args(grad_input), *_pool_args(grad_output), exact,
+                                                  (sd, sh, sw))
 
 
 def _upsample_separable(out: Operand, x: Operand, ndim: int, mode: int, align_corners: bool, sd: float,
@@ -1992,16 +1975,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("unary_op", "vector", _pointwise_run(1), _pointwise_cost(1)),
     Kernel("binary_op", "vector", _pointwise_run(2), _pointwise_cost(2)),
     Kernel("ternary_op", "vector", _pointwise_run(3), _pointwise_cost(3)),
-    # -- convolution, pooling, upsampling (convolution.pyx, pooling.pyx, resample.pyx)
+    # -- convolution (convolution.pyx)
     Kernel("im2col", "vector", _im2col, _im2col_cost),
     Kernel("col2im", "vector", _col2im, _col2im_cost),
     Kernel("depthwise_conv", "vector", _depthwise_conv, _depthwise_cost(0, 2)),
     Kernel("depthwise_conv_input_grad", "vector", _depthwise_conv_input_grad, _depthwise_cost(1, 2)),
     Kernel("depthwise_conv_weight_grad", "vector", _depthwise_conv_weight_grad, _depthwise_cost(1, 0)),
-    Kernel("upsample_nearest2d", "vector", _upsample_nearest2d, _window_cost(lambda *a: 1)),
-    Kernel("upsample_nearest2d_backward", "vector", _upsample_nearest2d_backward, _window_cost(lambda *a: 1)),
-    Kernel("upsample_bilinear2d", "vector", _upsample_bilinear2d, _window_cost(lambda *a: 4)),
-    Kernel("upsample_bilinear2d_backward", "vector", _upsample_bilinear2d_backward, _window_cost(lambda *a: 4)),
     # -- normalization (norm.pyx)
     Kernel("softmax", "vector", _softmax, _vector_cost(4.0, 4)),
     Kernel("softmax_backward", "vector", _softmax_backward, _vector_cost(3.0, 3)),
@@ -2068,8 +2047,8 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("avg_pool_backward", "vector", _avg_pool_backward, _window_cost(_pool3_window)),
     Kernel("adaptive_avg_pool", "vector", _adaptive_avg_pool, _window_cost(lambda *a: 1)),
     Kernel("adaptive_avg_pool_backward", "vector", _adaptive_avg_pool_backward, _window_cost(lambda *a: 1)),
-    Kernel("upsample_nearest3d", "vector", _upsample_nearest3d, _window_cost(lambda *a: 1)),
-    Kernel("upsample_nearest3d_backward", "vector", _upsample_nearest3d_backward, _window_cost(lambda *a: 1)),
+    Kernel("upsample_nearest", "vector", _upsample_nearest, _window_cost(lambda *a: 1)),
+    Kernel("upsample_nearest_backward", "vector", _upsample_nearest_backward, _window_cost(lambda *a: 1)),
     Kernel("upsample_separable", "vector", _upsample_separable, _window_cost(_separable_taps)),
     Kernel("upsample_separable_backward", "vector", _upsample_separable_backward, _window_cost(_separable_taps)),
     Kernel("grid_sample", "vector", _grid_sample, _grid_sample_cost),

@@ -2,10 +2,10 @@
 """Resampling kernels of the device's vector engine: upsampling (nearest, nearest-exact, bilinear,
 separable linear/cubic/antialiased filters) and its backward, and grid sampling.
 
-* 2-d upsampling over (N, C, H, W): nearest (CPU's float index arithmetic, so the chosen source
-  pixels are CPU's) and bilinear (align_corners or half-pixel), forward and backward.
-* N-d interpolation over (N, C, D, H, W) views (1-d and 2-d operands padded with unit dims):
-  nearest / nearest-exact and the separable filters, forward and backward.
+* upsampling over (N, C, D, H, W) views, one kernel per family for 1-3 spatial dims (1-d and 2-d
+  operands padded with unit dims): nearest / nearest-exact (CPU's float index arithmetic, so the
+  chosen source elements are CPU's; any dtype) and separable (linear, cubic, antialiased linear /
+  cubic; align_corners or half-pixel), forward and backward.
 * grid sampling (forward): bilinear / nearest over 2-d or 3-d inputs, bicubic over 2-d.
 
 Numerics: float16/bfloat16 compute in float32, float32 in float32, float64 in float64, one
@@ -22,7 +22,10 @@ include "_spatial.pxi"
 
 
 # ---------------------------------------------------------------------------------------------
-# Upsampling
+# Upsampling over (N, C, D, H, W) views, one kernel per family for every rank: the host pads 1-d
+# and 2-d operands with leading unit spatial dims (as convolution's im2col does). Backward passes
+# describe grad_input as the input side and grad_output as the output side, and accumulate one
+# plane in float32 (float64) in grad_output's order, rounded once.
 
 cdef inline float _nearest_scale(Py_ssize_t in_size, Py_ssize_t out_size, double scale) noexcept nogil:
     # compute_scales_value<float>: 1 / scale when a positive scale was given, else in / out
@@ -41,291 +44,6 @@ cdef inline Py_ssize_t _nearest_idx(Py_ssize_t o, Py_ssize_t in_size, Py_ssize_t
     return i if i < in_size - 1 else in_size - 1
 
 
-cdef int _index_table(Py_ssize_t** table, Py_ssize_t in_size, Py_ssize_t out_size, double scale) except -1:
-    cdef Py_ssize_t o
-    cdef float s = _nearest_scale(in_size, out_size, scale)
-    table[0] = <Py_ssize_t*>malloc((out_size if out_size else 1) * sizeof(Py_ssize_t))
-    if table[0] == NULL:
-        raise MemoryError("upsample_nearest2d: cannot allocate the index table")
-    for o in range(out_size):
-        table[0][o] = _nearest_idx(o, in_size, out_size, s)
-    return 0
-
-
-def upsample_nearest2d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape,
-                       scale_h, scale_w):
-    """y (N, C, OH, OW) = x at CPU's nearest source pixels; a scale <= 0 means none given. Any dtype
-    (an exact copy)."""
-    cdef int ydt = check_dtype(y_dtype, "upsample_nearest2d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "upsample_nearest2d x_dtype")
-    cdef Planes p
-    cdef Py_ssize_t* hs = NULL
-    cdef Py_ssize_t* ws = NULL
-    cdef Py_ssize_t n, c, oh, ow
-    cdef double sh = float(scale_h), sw = float(scale_w)
-    cdef char* y
-    cdef const char* x
-    cdef const char* row
-    cdef char* yrow
-    cdef double v
-    cdef int64_t iv
-    if ydt != xdt:
-        raise KernelArgumentError("upsample_nearest2d: the output dtype must equal the input dtype")
-    _planes(&p, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_nearest2d")
-    if p.N * p.C * p.OH * p.OW == 0:
-        return
-    if p.H * p.W == 0:
-        raise KernelArgumentError("upsample_nearest2d: empty input plane")
-    y = as_ptr(y_addr, "upsample_nearest2d y_addr")
-    x = as_ptr(x_addr, "upsample_nearest2d x_addr")
-    try:
-        _index_table(&hs, p.H, p.OH, sh)
-        _index_table(&ws, p.W, p.OW, sw)
-        with nogil:
-            for n in range(p.N):
-                for c in range(p.C):
-                    for oh in range(p.OH):
-                        row = x + n * p.xs[0] + c * p.xs[1] + hs[oh] * p.xs[2]
-                        yrow = y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2]
-                        for ow in range(p.OW):
-                            if is_floating(xdt):
-                                load_block(row + ws[ow] * p.xs[3], 0, xdt, 1, &v)
-                                store_block(&v, 1, ydt, yrow + ow * p.ys[3], 0)
-                            else:
-                                load_block(row + ws[ow] * p.xs[3], 0, xdt, 1, &iv)
-                                store_block(&iv, 1, ydt, yrow + ow * p.ys[3], 0)
-    finally:
-        free(hs)
-        free(ws)
-
-
-cdef void _nearest_backward(Planes* p, acc_t* acc, char* gi, int gdt, const char* go, int godt,
-                            Py_ssize_t* hs, Py_ssize_t* ws) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, i, plane = p.H * p.W
-    cdef acc_t g
-    for n in range(p.N):
-        for c in range(p.C):
-            for i in range(plane):
-                acc[i] = 0
-            for oh in range(p.OH):
-                for ow in range(p.OW):
-                    load_block(go + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0, godt, 1, &g)
-                    acc[hs[oh] * p.W + ws[ow]] += g
-            for i in range(p.H):
-                store_block(acc + i * p.W, p.W, gdt, gi + n * p.xs[0] + c * p.xs[1] + i * p.xs[2], p.xs[3])
-
-
-def upsample_nearest2d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
-                                go_shape, scale_h, scale_w):
-    cdef int gdt = check_dtype(gi_dtype, "upsample_nearest2d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "upsample_nearest2d_backward go_dtype")
-    cdef Planes p
-    cdef Py_ssize_t* hs = NULL
-    cdef Py_ssize_t* ws = NULL
-    cdef char* gi
-    cdef const char* go = NULL
-    cdef void* acc = NULL
-    _floating(gdt, "upsample_nearest2d_backward")
-    _floating(godt, "upsample_nearest2d_backward")
-    _planes(&p, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "upsample_nearest2d_backward")
-    if p.N * p.C * p.H * p.W == 0:
-        return
-    gi = as_ptr(gi_addr, "upsample_nearest2d_backward gi_addr")
-    if p.OH * p.OW:
-        go = as_ptr(go_addr, "upsample_nearest2d_backward go_addr")
-    else:
-        p.OH = p.OW = 0
-    try:
-        _index_table(&hs, p.H, p.OH, float(scale_h))
-        _index_table(&ws, p.W, p.OW, float(scale_w))
-        acc = malloc(p.H * p.W * (8 if gdt == DT_FLOAT64 else 4))
-        if acc == NULL:
-            raise MemoryError("upsample_nearest2d_backward: cannot allocate the accumulator")
-        with nogil:
-            if gdt == DT_FLOAT64:
-                _nearest_backward(&p, <double*>acc, gi, gdt, go, godt, hs, ws)
-            else:
-                _nearest_backward(&p, <float*>acc, gi, gdt, go, godt, hs, ws)
-    finally:
-        free(hs)
-        free(ws)
-        free(acc)
-
-
-cdef struct Linear:
-    Py_ssize_t i0, i1       # the two source indices (i1 = i0 at the border)
-    double l0, l1           # their weights (in the compute type's precision)
-
-
-cdef int _linear_table(Linear** table, Py_ssize_t in_size, Py_ssize_t out_size, bint align, double scale,
-                       bint single) except -1:
-    """CPU's compute_indices_weights_linear, in float (``single``) or double arithmetic."""
-    cdef Py_ssize_t o, i0
-    cdef float fs, fr, fl
-    cdef double ds, dr, dl
-    table[0] = <Linear*>malloc((out_size if out_size else 1) * sizeof(Linear))
-    if table[0] == NULL:
-        raise MemoryError("upsample_bilinear2d: cannot allocate the weight table")
-    if align:
-        ds = (<double>(in_size - 1) / (out_size - 1)) if out_size > 1 else 0.0
-        fs = (<float>(in_size - 1) / <float>(out_size - 1)) if out_size > 1 else 0.0
-    else:
-        ds = (1.0 / scale) if scale > 0 else <double>in_size / <double>out_size
-        fs = <float>(1.0 / scale) if scale > 0 else <float>in_size / <float>out_size
-    for o in range(out_size):
-        if single:
-            fr = fs * o if align else fs * (o + <float>0.5) - <float>0.5
-            if not align and fr < 0:
-                fr = 0
-            i0 = <Py_ssize_t>floorf(fr)
-            if i0 > in_size - 1:
-                i0 = in_size - 1
-            fl = fr - i0
-            fl = 0 if fl < 0 else (1 if fl > 1 else fl)
-            table[0][o].l1 = fl
-            table[0][o].l0 = <float>1 - fl
-        else:
-            dr = ds * o if align else ds * (o + 0.5) - 0.5
-            if not align and dr < 0:
-                dr = 0
-            i0 = <Py_ssize_t>dr          # dr >= 0 here (align: o * scale; else clamped)
-            if i0 > in_size - 1:
-                i0 = in_size - 1
-            dl = dr - i0
-            dl = 0 if dl < 0 else (1 if dl > 1 else dl)
-            table[0][o].l1 = dl
-            table[0][o].l0 = 1 - dl
-        table[0][o].i0 = i0
-        table[0][o].i1 = i0 + 1 if i0 < in_size - 1 else i0
-    return 0
-
-
-cdef void _bilinear(Planes* p, const char* x, int xdt, char* y, int ydt, Linear* hs, Linear* ws,
-                    acc_t zero) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow
-    cdef const char* plane
-    cdef const char* r0
-    cdef const char* r1
-    cdef acc_t a, b, cc, d, h0, h1, w0, w1, v
-    for n in range(p.N):
-        for c in range(p.C):
-            plane = x + n * p.xs[0] + c * p.xs[1]
-            for oh in range(p.OH):
-                r0 = plane + hs[oh].i0 * p.xs[2]
-                r1 = plane + hs[oh].i1 * p.xs[2]
-                h0 = <acc_t>hs[oh].l0
-                h1 = <acc_t>hs[oh].l1
-                for ow in range(p.OW):
-                    w0 = <acc_t>ws[ow].l0
-                    w1 = <acc_t>ws[ow].l1
-                    load_block(r0 + ws[ow].i0 * p.xs[3], 0, xdt, 1, &a)
-                    load_block(r0 + ws[ow].i1 * p.xs[3], 0, xdt, 1, &b)
-                    load_block(r1 + ws[ow].i0 * p.xs[3], 0, xdt, 1, &cc)
-                    load_block(r1 + ws[ow].i1 * p.xs[3], 0, xdt, 1, &d)
-                    v = h0 * (w0 * a + w1 * b) + h1 * (w0 * cc + w1 * d)
-                    store_block(&v, 1, ydt, y + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0)
-
-
-def upsample_bilinear2d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape,
-                        align_corners, scale_h, scale_w):
-    """y (N, C, OH, OW) = bilinear interpolation of x; a scale <= 0 means none given."""
-    cdef int ydt = check_dtype(y_dtype, "upsample_bilinear2d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "upsample_bilinear2d x_dtype")
-    cdef Planes p
-    cdef Linear* hs = NULL
-    cdef Linear* ws = NULL
-    cdef char* y
-    cdef const char* x
-    cdef bint single = ydt != DT_FLOAT64
-    _floating(ydt, "upsample_bilinear2d")
-    _floating(xdt, "upsample_bilinear2d")
-    _planes(&p, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_bilinear2d")
-    if p.N * p.C * p.OH * p.OW == 0:
-        return
-    if p.H * p.W == 0:
-        raise KernelArgumentError("upsample_bilinear2d: empty input plane")
-    y = as_ptr(y_addr, "upsample_bilinear2d y_addr")
-    x = as_ptr(x_addr, "upsample_bilinear2d x_addr")
-    try:
-        _linear_table(&hs, p.H, p.OH, bool(align_corners), float(scale_h), single)
-        _linear_table(&ws, p.W, p.OW, bool(align_corners), float(scale_w), single)
-        with nogil:
-            if single:
-                _bilinear(&p, x, xdt, y, ydt, hs, ws, <float>0)
-            else:
-                _bilinear(&p, x, xdt, y, ydt, hs, ws, <double>0)
-    finally:
-        free(hs)
-        free(ws)
-
-
-cdef void _bilinear_backward(Planes* p, acc_t* acc, char* gi, int gdt, const char* go, int godt,
-                             Linear* hs, Linear* ws) noexcept nogil:
-    cdef Py_ssize_t n, c, oh, ow, i, plane = p.H * p.W
-    cdef acc_t g, h0, h1, w0, w1
-    cdef acc_t* r0
-    cdef acc_t* r1
-    for n in range(p.N):
-        for c in range(p.C):
-            for i in range(plane):
-                acc[i] = 0
-            for oh in range(p.OH):
-                r0 = acc + hs[oh].i0 * p.W
-                r1 = acc + hs[oh].i1 * p.W
-                h0 = <acc_t>hs[oh].l0
-                h1 = <acc_t>hs[oh].l1
-                for ow in range(p.OW):
-                    w0 = <acc_t>ws[ow].l0
-                    w1 = <acc_t>ws[ow].l1
-                    load_block(go + n * p.ys[0] + c * p.ys[1] + oh * p.ys[2] + ow * p.ys[3], 0, godt, 1, &g)
-                    r0[ws[ow].i0] += h0 * w0 * g
-                    r0[ws[ow].i1] += h0 * w1 * g
-                    r1[ws[ow].i0] += h1 * w0 * g
-                    r1[ws[ow].i1] += h1 * w1 * g
-            for i in range(p.H):
-                store_block(acc + i * p.W, p.W, gdt, gi + n * p.xs[0] + c * p.xs[1] + i * p.xs[2], p.xs[3])
-
-
-def upsample_bilinear2d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
-                                 go_shape, align_corners, scale_h, scale_w):
-    cdef int gdt = check_dtype(gi_dtype, "upsample_bilinear2d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "upsample_bilinear2d_backward go_dtype")
-    cdef Planes p
-    cdef Linear* hs = NULL
-    cdef Linear* ws = NULL
-    cdef char* gi
-    cdef const char* go = NULL
-    cdef void* acc = NULL
-    cdef bint single = gdt != DT_FLOAT64
-    _floating(gdt, "upsample_bilinear2d_backward")
-    _floating(godt, "upsample_bilinear2d_backward")
-    _planes(&p, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "upsample_bilinear2d_backward")
-    if p.N * p.C * p.H * p.W == 0:
-        return
-    gi = as_ptr(gi_addr, "upsample_bilinear2d_backward gi_addr")
-    if p.OH * p.OW:
-        go = as_ptr(go_addr, "upsample_bilinear2d_backward go_addr")
-    else:
-        p.OH = p.OW = 0
-    try:
-        _linear_table(&hs, p.H, p.OH, bool(align_corners), float(scale_h), single)
-        _linear_table(&ws, p.W, p.OW, bool(align_corners), float(scale_w), single)
-        acc = malloc(p.H * p.W * (4 if single else 8))
-        if acc == NULL:
-            raise MemoryError("upsample_bilinear2d_backward: cannot allocate the accumulator")
-        with nogil:
-            if single:
-                _bilinear_backward(&p, <float*>acc, gi, gdt, go, godt, hs, ws)
-            else:
-                _bilinear_backward(&p, <double*>acc, gi, gdt, go, godt, hs, ws)
-    finally:
-        free(hs)
-        free(ws)
-        free(acc)
-
-
-# -- interpolation over (D, H, W): nearest / nearest-exact, and separable filters
-
 cdef inline Py_ssize_t _nearest_exact_idx(Py_ssize_t o, Py_ssize_t in_size, float scale) noexcept nogil:
     # ATen: floorf((dst_index + 0.5) * scale), the product in double, floored as float
     cdef Py_ssize_t i = <Py_ssize_t>floorf(<float>((o + 0.5) * <double>scale))
@@ -333,8 +51,7 @@ cdef inline Py_ssize_t _nearest_exact_idx(Py_ssize_t o, Py_ssize_t in_size, floa
 
 
 cdef int _nearest_tables(Py_ssize_t** t, Vol* v, object scales, bint exact) except -1:
-    """Per spatial dim, the source (input-side) index of every output index (CPU's float arithmetic);
-    backward passes describe grad_input as the input side and grad_output as the output side."""
+    """Per spatial dim, the source (input-side) index of every output index (CPU's float arithmetic)."""
     cdef Py_ssize_t ins[3]
     cdef Py_ssize_t outs[3]
     cdef Py_ssize_t o
@@ -355,104 +72,149 @@ cdef int _nearest_tables(Py_ssize_t** t, Vol* v, object scales, bint exact) exce
     return 0
 
 
-cdef void _nearest3(Vol* v, const char* x, int xdt, char* y, int ydt, Py_ssize_t** t, cmp_t kind) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow
-    cdef cmp_t val
+cdef inline void _gather(const char* src, const Py_ssize_t* off, Py_ssize_t n, int dt, cmp_t* out) noexcept nogil:
+    """out[i] = the element at src + off[i] bytes, converted as load_block does."""
+    cdef Py_ssize_t i
+    if cmp_t is double and dt == DT_FLOAT32:
+        for i in range(n):
+            out[i] = <double>ek_ld_f32(src + off[i])
+    elif cmp_t is double and dt == DT_BFLOAT16:
+        for i in range(n):
+            out[i] = <double>ek_bf16_to_f32(ek_ld_u16(src + off[i]))
+    elif cmp_t is double and dt == DT_FLOAT64:
+        for i in range(n):
+            out[i] = ek_ld_f64(src + off[i])
+    else:
+        for i in range(n):
+            load_block(src + off[i], 0, dt, 1, &out[i])
+
+
+cdef void _nearest(Vol* v, const char* x, int xdt, char* y, int ydt, Py_ssize_t** t, Py_ssize_t* woff,
+                   cmp_t* row) noexcept nogil:
+    # one output row per (od, oh): a gather of its source row, converted once and stored as a block;
+    # consecutive output rows reading the same source row store the same values again
+    cdef Py_ssize_t n, c, od, oh
+    cdef const char* src
+    cdef const char* last
     for n in range(v.N):
         for c in range(v.C):
+            last = NULL
             for od in range(v.OD):
                 for oh in range(v.OH):
-                    for ow in range(v.OW):
-                        load_block(_xat(v, x, n, c, t[0][od], t[1][oh], t[2][ow]), 0, xdt, 1, &val)
-                        store_block(&val, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                    src = _xat(v, x, n, c, t[0][od], t[1][oh], 0)
+                    if src != last:
+                        _gather(src, woff, v.OW, xdt, row)
+                        last = src
+                    store_block(row, v.OW, ydt, _yat(v, y, n, c, od, oh, 0), v.ys[4])
 
 
-def upsample_nearest3d(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, exact, scales):
-    """y (N, C, OD, OH, OW) = x (N, C, D, H, W) at CPU's nearest (or nearest-exact) source voxels;
+def upsample_nearest(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, exact, scales):
+    """y (N, C, OD, OH, OW) = x (N, C, D, H, W) at CPU's nearest (or nearest-exact) source elements;
     ``scales`` (d, h, w), <= 0 meaning none given. Any dtype (an exact copy)."""
-    cdef int ydt = check_dtype(y_dtype, "upsample_nearest3d y_dtype")
-    cdef int xdt = check_dtype(x_dtype, "upsample_nearest3d x_dtype")
+    cdef int ydt = check_dtype(y_dtype, "upsample_nearest y_dtype")
+    cdef int xdt = check_dtype(x_dtype, "upsample_nearest x_dtype")
     cdef Vol v
     cdef Py_ssize_t* t[3]
+    cdef Py_ssize_t* woff = NULL
+    cdef void* row = NULL
+    cdef Py_ssize_t o
     cdef char* y
     cdef const char* x
     t[0] = t[1] = t[2] = NULL
     if ydt != xdt:
-        raise KernelArgumentError("upsample_nearest3d: the output dtype must equal the input dtype")
-    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_nearest3d")
+        raise KernelArgumentError("upsample_nearest: the output dtype must equal the input dtype")
+    _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_nearest")
     if v.N * v.C * v.OD * v.OH * v.OW == 0:
         return
     if v.D * v.H * v.W == 0:
-        raise KernelArgumentError("upsample_nearest3d: empty input plane")
-    y = as_ptr(y_addr, "upsample_nearest3d y_addr")
-    x = as_ptr(x_addr, "upsample_nearest3d x_addr")
+        raise KernelArgumentError("upsample_nearest: empty input plane")
+    y = as_ptr(y_addr, "upsample_nearest y_addr")
+    x = as_ptr(x_addr, "upsample_nearest x_addr")
     try:
         _nearest_tables(t, &v, scales, bool(exact))
+        woff = <Py_ssize_t*>malloc(v.OW * sizeof(Py_ssize_t))
+        row = malloc(v.OW * 8)
+        if woff == NULL or row == NULL:
+            raise MemoryError("upsample_nearest: cannot allocate the row buffers")
+        for o in range(v.OW):
+            woff[o] = t[2][o] * v.xs[4]
         with nogil:
             if is_floating(xdt):
-                _nearest3(&v, x, xdt, y, ydt, t, <double>0)
+                _nearest(&v, x, xdt, y, ydt, t, woff, <double*>row)
             else:
-                _nearest3(&v, x, xdt, y, ydt, t, <int64_t>0)
+                _nearest(&v, x, xdt, y, ydt, t, woff, <int64_t*>row)
     finally:
         free(t[0])
         free(t[1])
         free(t[2])
+        free(woff)
+        free(row)
 
 
-cdef void _nearest3_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt,
-                             Py_ssize_t** t) noexcept nogil:
+cdef void _nearest_backward(Vol* v, acc_t* acc, acc_t* g, char* gi, int gdt, const char* go, int godt,
+                            Py_ssize_t** t) noexcept nogil:
     cdef Py_ssize_t n, c, od, oh, ow, i, plane = v.D * v.H * v.W
-    cdef acc_t g
+    cdef acc_t* arow
+    cdef Py_ssize_t* wi = t[2]
     for n in range(v.N):
         for c in range(v.C):
             for i in range(plane):
                 acc[i] = 0
             for od in range(v.OD):
                 for oh in range(v.OH):
+                    load_block(_yat(v, <char*>go, n, c, od, oh, 0), v.ys[4], godt, v.OW, g)
+                    arow = acc + (t[0][od] * v.H + t[1][oh]) * v.W
                     for ow in range(v.OW):
-                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
-                        acc[(t[0][od] * v.H + t[1][oh]) * v.W + t[2][ow]] += g
+                        arow[wi[ow]] += g[ow]
             _store_plane(v, acc, gi, gdt, n, c)
 
 
-def upsample_nearest3d_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
-                                go_shape, exact, scales):
-    cdef int gdt = check_dtype(gi_dtype, "upsample_nearest3d_backward gi_dtype")
-    cdef int godt = check_dtype(go_dtype, "upsample_nearest3d_backward go_dtype")
+def upsample_nearest_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr, go_dtype, go_strides,
+                              go_shape, exact, scales):
+    """The adjoint of upsample_nearest: grad_input (N, C, D, H, W) sums the grad_output elements that
+    read each element."""
+    cdef int gdt = check_dtype(gi_dtype, "upsample_nearest_backward gi_dtype")
+    cdef int godt = check_dtype(go_dtype, "upsample_nearest_backward go_dtype")
     cdef Vol v
     cdef Py_ssize_t* t[3]
     cdef char* gi
     cdef const char* go = NULL
     cdef void* acc = NULL
+    cdef void* g = NULL
     t[0] = t[1] = t[2] = NULL
-    _floating(gdt, "upsample_nearest3d_backward")
-    _floating(godt, "upsample_nearest3d_backward")
-    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "upsample_nearest3d_backward")
+    _floating(gdt, "upsample_nearest_backward")
+    _floating(godt, "upsample_nearest_backward")
+    _vol(&v, gi_shape, gi_strides, gdt, go_shape, go_strides, godt, "upsample_nearest_backward")
     if v.N * v.C * v.D * v.H * v.W == 0:
         return
-    gi = as_ptr(gi_addr, "upsample_nearest3d_backward gi_addr")
+    gi = as_ptr(gi_addr, "upsample_nearest_backward gi_addr")
     if v.OD * v.OH * v.OW:
-        go = as_ptr(go_addr, "upsample_nearest3d_backward go_addr")
+        go = as_ptr(go_addr, "upsample_nearest_backward go_addr")
     else:
         v.OD = v.OH = v.OW = 0
     try:
         _nearest_tables(t, &v, scales, bool(exact))
-        acc = _plane_acc(&v, gdt, "upsample_nearest3d_backward")
+        acc = _plane_acc(&v, gdt, "upsample_nearest_backward")
+        g = malloc((v.OW if v.OW else 1) * 8)
+        if g == NULL:
+            raise MemoryError("upsample_nearest_backward: cannot allocate the row buffer")
         with nogil:
             if gdt == DT_FLOAT64:
-                _nearest3_backward(&v, <double*>acc, gi, gdt, go, godt, t)
+                _nearest_backward(&v, <double*>acc, <double*>g, gi, gdt, go, godt, t)
             else:
-                _nearest3_backward(&v, <float*>acc, gi, gdt, go, godt, t)
+                _nearest_backward(&v, <float*>acc, <float*>g, gi, gdt, go, godt, t)
     finally:
         free(t[0])
         free(t[1])
         free(t[2])
         free(acc)
+        free(g)
 
 
 # Separable filters: per spatial dim and output index, ``taps`` source indices and weights.
 # Modes: 0 linear (2 taps), 1 cubic (4 taps, A = -0.75), 2 antialiased linear, 3 antialiased
-# cubic (A = -0.5), the last two with ATen's support-scaled, normalised filters.
+# cubic (A = -0.5), the last two with ATen's support-scaled, normalised filters. A padded dim
+# has one tap of weight 1, which the passes skip (x * 1 == x).
 
 cdef enum:
     FILTER_LINEAR = 0
@@ -487,18 +249,22 @@ cdef inline real_t _aa_filter(real_t x, bint cubic) noexcept nogil:
     return 0
 
 
+cdef inline double _filter_scale(Py_ssize_t in_size, Py_ssize_t out_size, bint align, double given) noexcept nogil:
+    # area_pixel_compute_scale: align_corners (in - 1) / (out - 1), 0 for one output; else
+    # compute_scales_value (1 / given, or in / out), whatever the output extent
+    if align:
+        return (<double>(in_size - 1) / (out_size - 1)) if out_size > 1 else 0.0
+    return (1.0 / given) if given > 0 else <double>in_size / out_size
+
+
 cdef void _fill_taps(Taps* t, Py_ssize_t in_size, Py_ssize_t out_size, int mode, bint align, double given,
-                     real_t kind) noexcept nogil:
-    cdef Py_ssize_t o, j, i0, xmin, xsize
+                     bint index_in_double, real_t kind) noexcept nogil:
+    cdef Py_ssize_t o, j, i0, xmin, xsize, xlast
     cdef real_t scale, real, lam, A = -0.75, support, center, invscale, total, w
-    cdef real_t* c
-    if out_size > 1:
-        if align:
-            scale = <real_t>(in_size - 1) / <real_t>(out_size - 1)
-        else:
-            scale = <real_t>(1.0 / given) if given > 0 else <real_t>in_size / <real_t>out_size
+    if align:
+        scale = (<real_t>(in_size - 1) / <real_t>(out_size - 1)) if out_size > 1 else 0
     else:
-        scale = 0
+        scale = <real_t>(1.0 / given) if given > 0 else <real_t>in_size / <real_t>out_size
     if mode == FILTER_AA_LINEAR or mode == FILTER_AA_CUBIC:
         support = <real_t>((2 if mode == FILTER_AA_LINEAR else 4) * 0.5)
         if scale >= 1:
@@ -513,9 +279,12 @@ cdef void _fill_taps(Taps* t, Py_ssize_t in_size, Py_ssize_t out_size, int mode,
             if xsize > in_size:
                 xsize = in_size
             xsize -= xmin
+            # taps past the window (weight 0) read a valid element: the window's first, or the last
+            # element when a given scale puts the window past the input (then xsize <= 0)
+            xlast = xmin if xmin < in_size - 1 else in_size - 1
             total = 0
             for j in range(t.taps):
-                t.idx[o * t.taps + j] = xmin if j >= xsize else xmin + j
+                t.idx[o * t.taps + j] = xlast if j >= xsize else xmin + j
                 w = _aa_filter(<real_t>((j + xmin - center + 0.5) * invscale), mode == FILTER_AA_CUBIC) \
                     if j < xsize else 0
                 t.wt[o * t.taps + j] = w
@@ -528,7 +297,10 @@ cdef void _fill_taps(Taps* t, Py_ssize_t in_size, Py_ssize_t out_size, int mode,
         if align:
             real = scale * o
         else:
-            real = <real_t>(scale * (o + 0.5) - 0.5)
+            if index_in_double:
+                real = <real_t>(scale * (o + 0.5) - 0.5)
+            else:
+                real = scale * (o + <real_t>0.5) - <real_t>0.5
             if mode == FILTER_LINEAR and real < 0:
                 real = 0
         # guard_index_and_lambda
@@ -555,12 +327,18 @@ cdef void _fill_taps(Taps* t, Py_ssize_t in_size, Py_ssize_t out_size, int mode,
 
 
 cdef int _tap_tables(Taps* t, Vol* v, int ndim, int mode, bint align, object scales, bint single) except -1:
-    """Tables for the last ``ndim`` spatial dims; the leading (padded) dims get one tap of weight 1."""
+    """Tables for the last ``ndim`` spatial dims; the leading (padded) dims get one tap of weight 1.
+
+    The half-pixel source index of a float32 launch: 2-d linear computes it in float32 (CPU's
+    area_pixel_compute_source_index<float>, the former upsample_bilinear2d kernel); 1-d / 3-d
+    linear and cubic compute it in double and round once (the former separable kernel). Both are
+    kept bit for bit (issue 23); float64 launches compute in double either way."""
     cdef Py_ssize_t ins[3]
     cdef Py_ssize_t outs[3]
     cdef Py_ssize_t o, taps
     cdef int i
-    cdef double support
+    cdef double support, s
+    cdef bint index_in_double = not (mode == FILTER_LINEAR and ndim == 2)
     sc = [float(x) for x in scales]
     if len(sc) != 3 or not 1 <= ndim <= 3 or not 0 <= mode <= 3:
         raise KernelArgumentError(f"upsample_separable: bad scales/ndim/mode {scales!r} {ndim} {mode}")
@@ -577,11 +355,9 @@ cdef int _tap_tables(Taps* t, Vol* v, int ndim, int mode, bint align, object sca
             taps = 4
         else:
             support = (1.0 if mode == FILTER_AA_LINEAR else 2.0)
-            if outs[i] > 1:
-                s = ((ins[i] - 1.0) / (outs[i] - 1.0)) if align else \
-                    ((1.0 / sc[i]) if sc[i] > 0 else <double>ins[i] / outs[i])
-                if s >= 1:
-                    support *= s
+            s = _filter_scale(ins[i], outs[i], align, sc[i])
+            if s >= 1:
+                support *= s
             taps = <Py_ssize_t>ceil(support) * 2 + 1
         t[i].taps = taps
         t[i].idx = <Py_ssize_t*>malloc((outs[i] if outs[i] else 1) * taps * sizeof(Py_ssize_t))
@@ -593,9 +369,9 @@ cdef int _tap_tables(Taps* t, Vol* v, int ndim, int mode, bint align, object sca
                 t[i].idx[o] = 0
                 t[i].wt[o] = 1
         elif single:
-            _fill_taps(&t[i], ins[i], outs[i], mode, align, <double>sc[i], <float>0)
+            _fill_taps(&t[i], ins[i], outs[i], mode, align, <double>sc[i], index_in_double, <float>0)
         else:
-            _fill_taps(&t[i], ins[i], outs[i], mode, align, <double>sc[i], <double>0)
+            _fill_taps(&t[i], ins[i], outs[i], mode, align, <double>sc[i], index_in_double, <double>0)
     return 0
 
 
@@ -606,37 +382,110 @@ cdef void _free_taps(Taps* t) noexcept:
         free(t[i].wt)
 
 
-cdef void _separable(Vol* v, const char* x, int xdt, char* y, int ydt, Taps* t, acc_t zero) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, a, b, e
-    cdef Py_ssize_t* di
-    cdef Py_ssize_t* hi
+cdef struct Passes:
+    # the forward's scratch (compute type), one plane at a time
+    void* row              # [W]: one source row
+    void* t1               # [D * H * OW]: rows filtered along W (only the rows some output reads)
+    void* t2               # [D * OH * OW]: then along H (t1 when H is padded)
+    void* t3               # [OD * OH * OW]: then along D (t2 when D is padded)
+    char* need_d           # [D]: a source d some output reads
+    char* need_h           # [H]
+
+
+cdef inline void _combine(acc_t* dst, const acc_t* src, Py_ssize_t stride, Py_ssize_t n, const Py_ssize_t* idx,
+                          const double* wt, Py_ssize_t taps) noexcept nogil:
+    """dst[i] = sum over j of src[idx[j] * stride + i] * wt[j], from the first tap on (one output
+    index of the H or D pass, for n consecutive elements)."""
+    cdef Py_ssize_t i, j
+    cdef const acc_t* s = src + idx[0] * stride
+    cdef acc_t w = <acc_t>wt[0]
+    for i in range(n):
+        dst[i] = s[i] * w
+    for j in range(1, taps):
+        s = src + idx[j] * stride
+        w = <acc_t>wt[j]
+        for i in range(n):
+            dst[i] = dst[i] + s[i] * w
+
+
+cdef void _separable(Vol* v, const char* x, int xdt, char* y, int ydt, Taps* t, Passes* q,
+                     acc_t zero) noexcept nogil:
+    # Per output element: s = sum_a (sum_b (sum_e x[d_a, h_b, w_e] * ww_e) * hw_b) * dw_a, every
+    # sum from its first term, in the compute type: computed as three passes (W, H, D) over the
+    # plane, each element's operations in the same order.
+    cdef Py_ssize_t n, c, d, h, od, oh, ow, e, tw = t[2].taps
+    cdef acc_t* row = <acc_t*>q.row
+    cdef acc_t* t1 = <acc_t*>q.t1
+    cdef acc_t* t2 = <acc_t*>q.t2
+    cdef acc_t* t3 = <acc_t*>q.t3
+    cdef acc_t* out
+    cdef acc_t s
     cdef Py_ssize_t* wi
-    cdef double* dw
-    cdef double* hw
     cdef double* ww
-    cdef acc_t s, sh, sw, val
     for n in range(v.N):
         for c in range(v.C):
+            for d in range(v.D):
+                if not q.need_d[d]:
+                    continue
+                for h in range(v.H):
+                    if not q.need_h[h]:
+                        continue
+                    load_block(_xat(v, x, n, c, d, h, 0), v.xs[4], xdt, v.W, row)
+                    out = t1 + (d * v.H + h) * v.OW
+                    if tw == 2:
+                        for ow in range(v.OW):
+                            wi = t[2].idx + ow * 2
+                            ww = t[2].wt + ow * 2
+                            out[ow] = row[wi[0]] * <acc_t>ww[0] + row[wi[1]] * <acc_t>ww[1]
+                    else:
+                        for ow in range(v.OW):
+                            wi = t[2].idx + ow * tw
+                            ww = t[2].wt + ow * tw
+                            s = row[wi[0]] * <acc_t>ww[0]
+                            for e in range(1, tw):
+                                s = s + row[wi[e]] * <acc_t>ww[e]
+                            out[ow] = s
+            if t[1].taps > 1:
+                for d in range(v.D):
+                    if q.need_d[d]:
+                        for oh in range(v.OH):
+                            _combine(t2 + (d * v.OH + oh) * v.OW, t1 + d * v.H * v.OW, v.OW, v.OW,
+                                     t[1].idx + oh * t[1].taps, t[1].wt + oh * t[1].taps, t[1].taps)
+            if t[0].taps > 1:
+                for od in range(v.OD):
+                    _combine(t3 + od * v.OH * v.OW, t2, v.OH * v.OW, v.OH * v.OW,
+                             t[0].idx + od * t[0].taps, t[0].wt + od * t[0].taps, t[0].taps)
             for od in range(v.OD):
-                di = t[0].idx + od * t[0].taps
-                dw = t[0].wt + od * t[0].taps
                 for oh in range(v.OH):
-                    hi = t[1].idx + oh * t[1].taps
-                    hw = t[1].wt + oh * t[1].taps
-                    for ow in range(v.OW):
-                        wi = t[2].idx + ow * t[2].taps
-                        ww = t[2].wt + ow * t[2].taps
-                        s = zero
-                        for a in range(t[0].taps):
-                            sh = zero
-                            for b in range(t[1].taps):
-                                sw = zero
-                                for e in range(t[2].taps):
-                                    load_block(_xat(v, x, n, c, di[a], hi[b], wi[e]), 0, xdt, 1, &val)
-                                    sw = sw + val * <acc_t>ww[e]
-                                sh = sh + sw * <acc_t>hw[b]
-                            s = s + sh * <acc_t>dw[a]
-                        store_block(&s, 1, ydt, _yat(v, y, n, c, od, oh, ow), 0)
+                    store_block(t3 + (od * v.OH + oh) * v.OW, v.OW, ydt, _yat(v, y, n, c, od, oh, 0), v.ys[4])
+
+
+cdef void _free_passes(Passes* q) noexcept:
+    free(q.row)
+    free(q.t1)
+    if q.t2 != q.t1:
+        free(q.t2)
+    if q.t3 != q.t2:
+        free(q.t3)
+    free(q.need_d)
+    free(q.need_h)
+
+
+cdef int _passes(Passes* q, Vol* v, Taps* t, bint single) except -1:
+    cdef Py_ssize_t item = 4 if single else 8, o, j
+    q.row = malloc((v.W if v.W else 1) * item)
+    q.t1 = malloc((v.D * v.H * v.OW if v.D * v.H * v.OW else 1) * item)
+    q.t2 = malloc((v.D * v.OH * v.OW if v.D * v.OH * v.OW else 1) * item) if t[1].taps > 1 else q.t1
+    q.t3 = malloc((v.OD * v.OH * v.OW if v.OD * v.OH * v.OW else 1) * item) if t[0].taps > 1 else q.t2
+    q.need_d = <char*>calloc(v.D if v.D else 1, 1)
+    q.need_h = <char*>calloc(v.H if v.H else 1, 1)
+    if q.row == NULL or q.t1 == NULL or q.t2 == NULL or q.t3 == NULL or q.need_d == NULL or q.need_h == NULL:
+        raise MemoryError("upsample_separable: cannot allocate the pass buffers")
+    for o in range(v.OD * t[0].taps):
+        q.need_d[t[0].idx[o]] = 1
+    for o in range(v.OH * t[1].taps):
+        q.need_h[t[1].idx[o]] = 1
+    return 0
 
 
 def upsample_separable(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_strides, x_shape, ndim, mode,
@@ -648,10 +497,12 @@ def upsample_separable(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_s
     cdef int xdt = check_dtype(x_dtype, "upsample_separable x_dtype")
     cdef Vol v
     cdef Taps t[3]
+    cdef Passes q
     cdef char* y
     cdef const char* x
     cdef bint single = ydt != DT_FLOAT64
     memset(t, 0, sizeof(t))
+    memset(&q, 0, sizeof(q))
     _floating(ydt, "upsample_separable")
     _floating(xdt, "upsample_separable")
     _vol(&v, x_shape, x_strides, xdt, y_shape, y_strides, ydt, "upsample_separable")
@@ -663,45 +514,78 @@ def upsample_separable(y_addr, y_dtype, y_strides, y_shape, x_addr, x_dtype, x_s
     x = as_ptr(x_addr, "upsample_separable x_addr")
     try:
         _tap_tables(t, &v, ndim, mode, bool(align_corners), scales, single)
+        _passes(&q, &v, t, single)
         with nogil:
             if single:
-                _separable(&v, x, xdt, y, ydt, t, <float>0)
+                _separable(&v, x, xdt, y, ydt, t, &q, <float>0)
             else:
-                _separable(&v, x, xdt, y, ydt, t, <double>0)
+                _separable(&v, x, xdt, y, ydt, t, &q, <double>0)
     finally:
         _free_taps(t)
+        _free_passes(&q)
 
 
-cdef void _separable_backward(Vol* v, acc_t* acc, char* gi, int gdt, const char* go, int godt,
-                              Taps* t) noexcept nogil:
-    cdef Py_ssize_t n, c, od, oh, ow, a, b, e, i, plane = v.D * v.H * v.W
+cdef void _separable_backward(Vol* v, acc_t* acc, acc_t* g, acc_t* ghs, acc_t** rows, char* gi, int gdt,
+                              const char* go, int godt, Taps* t) noexcept nogil:
+    # grad_output's elements in order, each scattered to its taps in (d, h, w) tap order
+    cdef Py_ssize_t n, c, od, oh, ow, a, b, e, k, i, plane = v.D * v.H * v.W
+    cdef Py_ssize_t td = t[0].taps, th = t[1].taps, tw = t[2].taps, tk = t[0].taps * t[1].taps
     cdef Py_ssize_t* di
     cdef Py_ssize_t* hi
     cdef Py_ssize_t* wi
     cdef double* dw
     cdef double* hw
     cdef double* ww
-    cdef acc_t g, gd, gh
+    cdef Py_ssize_t i0, i1
+    cdef acc_t gv, gh, gh0, gh1, w0, w1
+    cdef acc_t* r
+    cdef acc_t* r0
+    cdef acc_t* r1
     for n in range(v.N):
         for c in range(v.C):
             for i in range(plane):
                 acc[i] = 0
             for od in range(v.OD):
-                di = t[0].idx + od * t[0].taps
-                dw = t[0].wt + od * t[0].taps
+                di = t[0].idx + od * td
+                dw = t[0].wt + od * td
                 for oh in range(v.OH):
-                    hi = t[1].idx + oh * t[1].taps
-                    hw = t[1].wt + oh * t[1].taps
+                    hi = t[1].idx + oh * th
+                    hw = t[1].wt + oh * th
+                    for a in range(td):
+                        for b in range(th):
+                            rows[a * th + b] = acc + (di[a] * v.H + hi[b]) * v.W
+                            ghs[a * th + b] = <acc_t>dw[a] * <acc_t>hw[b]
+                    load_block(_yat(v, <char*>go, n, c, od, oh, 0), v.ys[4], godt, v.OW, g)
+                    if tw == 2 and tk == 2:
+                        # 2-d linear, the former bilinear2d kernel's four statements
+                        r0, r1, gh0, gh1 = rows[0], rows[1], ghs[0], ghs[1]
+                        for ow in range(v.OW):
+                            i0, i1 = t[2].idx[ow * 2], t[2].idx[ow * 2 + 1]
+                            w0, w1 = <acc_t>t[2].wt[ow * 2], <acc_t>t[2].wt[ow * 2 + 1]
+                            gv = g[ow]
+                            r0[i0] += gh0 * w0 * gv
+                            r0[i1] += gh0 * w1 * gv
+                            r1[i0] += gh1 * w0 * gv
+                            r1[i1] += gh1 * w1 * gv
+                        continue
                     for ow in range(v.OW):
-                        wi = t[2].idx + ow * t[2].taps
-                        ww = t[2].wt + ow * t[2].taps
-                        load_block(_yat(v, <char*>go, n, c, od, oh, ow), 0, godt, 1, &g)
-                        for a in range(t[0].taps):
-                            gd = <acc_t>dw[a]
-                            for b in range(t[1].taps):
-                                gh = gd * <acc_t>hw[b]
-                                for e in range(t[2].taps):
-                                    acc[(di[a] * v.H + hi[b]) * v.W + wi[e]] += gh * <acc_t>ww[e] * g
+                        wi = t[2].idx + ow * tw
+                        ww = t[2].wt + ow * tw
+                        gv = g[ow]
+                        if tw == 2:
+                            i0, i1 = wi[0], wi[1]
+                            w0, w1 = <acc_t>ww[0], <acc_t>ww[1]
+                            for k in range(tk):
+                                r = rows[k]
+                                gh = ghs[k]
+                                r[i0] += gh * w0 * gv
+                                r[i1] += gh * w1 * gv
+                            continue
+                        for k in range(tk):
+                            r = rows[k]
+                            gh = ghs[k]
+                            for e in range(tw):
+                                r[wi[e]] += gh * <acc_t>ww[e] * gv
             _store_plane(v, acc, gi, gdt, n, c)
 
 
@@ -716,6 +600,9 @@ def upsample_separable_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr
     cdef char* gi
     cdef const char* go = NULL
     cdef void* acc = NULL
+    cdef void* g = NULL
+    cdef void* ghs = NULL
+    cdef void* rows = NULL
     cdef bint single = gdt != DT_FLOAT64
     memset(t, 0, sizeof(t))
     _floating(gdt, "upsample_separable_backward")
@@ -726,17 +613,28 @@ def upsample_separable_backward(gi_addr, gi_dtype, gi_strides, gi_shape, go_addr
     gi = as_ptr(gi_addr, "upsample_separable_backward gi_addr")
     if v.OD * v.OH * v.OW:
         go = as_ptr(go_addr, "upsample_separable_backward go_addr")
+    else:
+        v.OD = v.OH = v.OW = 0
     try:
         _tap_tables(t, &v, ndim, mode, bool(align_corners), scales, single)
         acc = _plane_acc(&v, gdt, "upsample_separable_backward")
+        g = malloc((v.OW if v.OW else 1) * 8)
+        ghs = malloc(t[0].taps * t[1].taps * 8)
+        rows = malloc(t[0].taps * t[1].taps * sizeof(void*))
+        if g == NULL or ghs == NULL or rows == NULL:
+            raise MemoryError("upsample_separable_backward: cannot allocate the row buffers")
         with nogil:
             if single:
-                _separable_backward(&v, <float*>acc, gi, gdt, go, godt, t)
+                _separable_backward(&v, <float*>acc, <float*>g, <float*>ghs, <float**>rows, gi, gdt, go, godt, t)
             else:
-                _separable_backward(&v, <double*>acc, gi, gdt, go, godt, t)
+                _separable_backward(&v, <double*>acc, <double*>g, <double*>ghs, <double**>rows, gi, gdt, go,
+                                    godt, t)
     finally:
         _free_taps(t)
         free(acc)
+        free(g)
+        free(ghs)
+        free(rows)
 
 
 # -- grid sampling (forward): bilinear / nearest over 2-d or 3-d inputs, bicubic over 2-d

@@ -1,8 +1,8 @@
 """Resampling on the device: upsampling (nearest, nearest-exact, linear / bilinear / trilinear,
 bicubic, antialiased bilinear / bicubic) and its backward, and grid sampling (forward).
 
-``upsample_nearest2d`` and ``upsample_bilinear2d`` (align_corners, explicit scales) run 4-d
-kernels; the other modes run 5-d (N, C, D, H, W) kernels on views padded with unit spatial dims.
+Every rank runs one kernel per family (resample.pyx's ``upsample_nearest`` and
+``upsample_separable``) on (N, C, D, H, W) views padded with unit spatial dims.
 Computation: float32 (float64 for float64), one rounding.
 Left out (a clear error, or the host path when nothing is registered): uint8 interpolation but
 nearest, grid_sample's backward, float16/bfloat16 grid sampling and antialiased modes.
@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED
-from torch_plugin.errors import unsupported_dtype
 from torch_plugin.ops._common import common_device, current_stream, device_ref, rt
 from torch_plugin.ops._overloads import Overloads
 from torch_plugin.ops._windows import (_AXES, _FLOAT_ONLY, _as5, _check_dtype_in, _empty, _floating_input, _launch5,
@@ -29,107 +28,10 @@ def _scale(s) -> float:
     return 0.0 if s is None else float(s)
 
 
-def _upsample_check(name, input_size, output_size):
-    output_size = tuple(int(s) for s in output_size)
-    input_size = tuple(int(s) for s in input_size)
-    if len(output_size) != 2:
-        raise RuntimeError(f"It is expected output_size equals to 2, but got size {len(output_size)}")
-    if len(input_size) != 4:
-        raise RuntimeError(f"It is expected input_size equals to 4, but got size {len(input_size)}")
-    if not all(s > 0 for s in input_size[2:]) or not all(s > 0 for s in output_size):
-        raise RuntimeError(f"Input and output sizes should be greater than 0, but got input (H: {input_size[2]}, "
-                           f"W: {input_size[3]}) output (H: {output_size[0]}, W: {output_size[1]})")
-    return input_size, output_size
-
-
-def _upsample_input(name, x, output_size):
-    if x.dim() != 4:
-        raise RuntimeError(f"Non-empty 4D data tensor expected but got a tensor with sizes {list(x.shape)}")
-    return _upsample_check(name, x.shape, output_size)
-
-
-def _upsample(kernel, name, x, output_size, extra, out, floating_only):
-    device = common_device(name, x)
-    if floating_only:
-        _floating_input(name, x)
-    elif x.dtype not in SUPPORTED:
-        raise unsupported_dtype(name, x.dtype, SUPPORTED)
-    _, size = _upsample_input(name, x, output_size)
-    out = _output(name, out, tuple(x.shape[:2]) + size, x.dtype, device, x, x)
-    if out.numel():
-        rt().launch(kernel, (device_ref(out), device_ref(x)) + extra, current_stream(device))
-    return out
-
-
-def _upsample_backward(kernel, name, grad_output, output_size, input_size, extra, grad_input):
-    device = common_device(name, grad_output)
-    _floating_input(name, grad_output)
-    input_size, output_size = _upsample_check(name, input_size, output_size)
-    expected = tuple(input_size[:2]) + output_size
-    if tuple(grad_output.shape) != expected:
-        raise RuntimeError(f"Expected grad_output to have the same shape as output; output.size({len(expected)}) "
-                           f"= {list(expected)} but got grad_output.size = {list(grad_output.shape)}")
-    grad_input = _output(name, grad_input, input_size, grad_output.dtype, device, grad_output, grad_output)
-    if grad_input.numel():
-        rt().launch(kernel, (device_ref(grad_input), device_ref(grad_output)) + extra, current_stream(device))
-    return grad_input
-
-
-@OVERLOADS.implements("upsample_nearest2d")
-def upsample_nearest2d(self, output_size, scales_h=None, scales_w=None):
-    return _upsample("upsample_nearest2d", "aten::upsample_nearest2d", self, output_size,
-                     (_scale(scales_h), _scale(scales_w)), None, floating_only=False)
-
-
-@OVERLOADS.implements("upsample_nearest2d.out")
-def upsample_nearest2d_out(self, output_size, scales_h=None, scales_w=None, *, out):
-    return _upsample("upsample_nearest2d", "aten::upsample_nearest2d", self, output_size,
-                     (_scale(scales_h), _scale(scales_w)), out, floating_only=False)
-
-
-@OVERLOADS.implements("upsample_nearest2d_backward")
-def upsample_nearest2d_backward(grad_output, output_size, input_size, scales_h=None, scales_w=None):
-    return _upsample_backward("upsample_nearest2d_backward", "aten::upsample_nearest2d_backward", grad_output,
-                              output_size, input_size, (_scale(scales_h), _scale(scales_w)), None)
-
-
-@OVERLOADS.implements("upsample_nearest2d_backward.grad_input")
-def upsample_nearest2d_backward_grad_input(grad_output, output_size, input_size, scales_h=None, scales_w=None, *,
-                                           grad_input):
-    return _upsample_backward("upsample_nearest2d_backward", "aten::upsample_nearest2d_backward", grad_output,
-                              output_size, input_size, (_scale(scales_h), _scale(scales_w)), grad_input)
-
-
-@OVERLOADS.implements("upsample_bilinear2d")
-def upsample_bilinear2d(self, output_size, align_corners, scales_h=None, scales_w=None):
-    return _upsample("upsample_bilinear2d", "aten::upsample_bilinear2d", self, output_size,
-                     (bool(align_corners), _scale(scales_h), _scale(scales_w)), None, floating_only=True)
-
-
-@OVERLOADS.implements("upsample_bilinear2d.out")
-def upsample_bilinear2d_out(self, output_size, align_corners, scales_h=None, scales_w=None, *, out):
-    return _upsample("upsample_bilinear2d", "aten::upsample_bilinear2d", self, output_size,
-                     (bool(align_corners), _scale(scales_h), _scale(scales_w)), out, floating_only=True)
-
-
-@OVERLOADS.implements("upsample_bilinear2d_backward")
-def upsample_bilinear2d_backward(grad_output, output_size, input_size, align_corners, scales_h=None,
-                                 scales_w=None):
-    return _upsample_backward("upsample_bilinear2d_backward", "aten::upsample_bilinear2d_backward", grad_output,
-                              output_size, input_size, (bool(align_corners), _scale(scales_h), _scale(scales_w)),
-                              None)
-
-
-@OVERLOADS.implements("upsample_bilinear2d_backward.grad_input")
-def upsample_bilinear2d_backward_grad_input(grad_output, output_size, input_size, align_corners, scales_h=None,
-                                            scales_w=None, *, grad_input):
-    return _upsample_backward("upsample_bilinear2d_backward", "aten::upsample_bilinear2d_backward", grad_output,
-                              output_size, input_size, (bool(align_corners), _scale(scales_h), _scale(scales_w)),
-                              grad_input)
 _NEAREST_DTYPES = FLOATING | {torch.uint8}
 
 
-def _upsample_check_k(k, input_size, output_size):
+def _upsample_check(k, input_size, output_size):
     output_size = tuple(int(s) for s in output_size)
     input_size = tuple(int(s) for s in input_size)
     if len(output_size) != k:
@@ -150,22 +52,22 @@ def _scales3(k, scales):
     return (0.0,) * (3 - k) + tuple(_scale(s) for s in scales)
 
 
-def _upsample_k(kernel, name, k, x, output_size, extra, out, allowed):
+def _upsample(kernel, name, k, x, output_size, extra, out, allowed):
     device = common_device(name, x)
     _check_dtype_in(name, x, allowed)
     if x.dim() != k + 2 or x.numel() == 0 and any(n == 0 for n in x.shape[1:]):
         raise RuntimeError(f"Non-empty {k + 2}D data tensor expected but got a tensor with sizes {list(x.shape)}")
-    _, size = _upsample_check_k(k, x.shape, output_size)
+    _, size = _upsample_check(k, x.shape, output_size)
     out = _output(name, out, tuple(x.shape[:2]) + size, x.dtype, device, x, x)
     if out.numel():
         _launch5(kernel, device, k, True, (out, x), extra)
     return out
 
 
-def _upsample_backward_k(kernel, name, k, grad_output, output_size, input_size, extra, grad_input):
+def _upsample_backward(kernel, name, k, grad_output, output_size, input_size, extra, grad_input):
     device = common_device(name, grad_output)
     _floating_input(name, grad_output)
-    input_size, output_size = _upsample_check_k(k, input_size, output_size)
+    input_size, output_size = _upsample_check(k, input_size, output_size)
     expected = tuple(input_size[:2]) + output_size
     if tuple(grad_output.shape) != expected:
         raise RuntimeError(f"Expected grad_output to have the same shape as output; output.size({len(expected)}) "
@@ -176,22 +78,23 @@ def _upsample_backward_k(kernel, name, k, grad_output, output_size, input_size, 
     return grad_input
 
 
-def _nearest_ops(k, exact):
+def _nearest_ops(k, exact, allowed=_NEAREST_DTYPES):
     """Forward, .out, backward and .grad_input kernels of upsample_nearest{k}d / _upsample_nearest_exact{k}d."""
     op = f"_upsample_nearest_exact{k}d" if exact else f"upsample_nearest{k}d"
 
     def forward(self, output_size, *scales, out=None):
-        return _upsample_k("upsample_nearest3d", f"aten::{op}", k, self, output_size,
-                           (bool(exact),) + _scales3(k, scales), out, _NEAREST_DTYPES)
+        return _upsample("upsample_nearest", f"aten::{op}", k, self, output_size,
+                         (bool(exact),) + _scales3(k, scales), out, allowed)
 
     def backward(grad_output, output_size, input_size, *scales, grad_input=None):
-        return _upsample_backward_k("upsample_nearest3d_backward", f"aten::{op}_backward", k, grad_output,
-                                    output_size, input_size, (bool(exact),) + _scales3(k, scales), grad_input)
+        return _upsample_backward("upsample_nearest_backward", f"aten::{op}_backward", k, grad_output,
+                                  output_size, input_size, (bool(exact),) + _scales3(k, scales), grad_input)
     forward.__name__, backward.__name__ = op, f"{op}_backward"
     return forward, backward
 
 
 upsample_nearest1d, upsample_nearest1d_backward = _nearest_ops(1, False)
+upsample_nearest2d, upsample_nearest2d_backward = _nearest_ops(2, False, SUPPORTED)   # 2-d: any dtype, as before
 upsample_nearest3d, upsample_nearest3d_backward = _nearest_ops(3, False)
 upsample_nearest_exact1d, upsample_nearest_exact1d_backward = _nearest_ops(1, True)
 upsample_nearest_exact2d, upsample_nearest_exact2d_backward = _nearest_ops(2, True)
@@ -201,6 +104,10 @@ OVERLOADS.update({
     "upsample_nearest1d.out": upsample_nearest1d,
     "upsample_nearest1d_backward": upsample_nearest1d_backward,
     "upsample_nearest1d_backward.grad_input": upsample_nearest1d_backward,
+    "upsample_nearest2d": upsample_nearest2d,
+    "upsample_nearest2d.out": upsample_nearest2d,
+    "upsample_nearest2d_backward": upsample_nearest2d_backward,
+    "upsample_nearest2d_backward.grad_input": upsample_nearest2d_backward,
     "upsample_nearest3d": upsample_nearest3d,
     "upsample_nearest3d.out": upsample_nearest3d,
     "upsample_nearest3d_backward": upsample_nearest3d_backward,
@@ -219,7 +126,7 @@ OVERLOADS.update({
     "_upsample_nearest_exact3d_backward.grad_input": upsample_nearest_exact3d_backward,
 })
 
-# upsample_separable filter modes (conv.pyx)
+# upsample_separable filter modes (resample.pyx)
 _LINEAR, _CUBIC, _AA_LINEAR, _AA_CUBIC = 0, 1, 2, 3
 
 
@@ -227,18 +134,19 @@ def _separable_ops(op, k, mode, allowed):
     """Forward and backward kernels (out= / grad_input= as keywords) of a linear-family upsampling."""
 
     def forward(self, output_size, align_corners, *scales, out=None):
-        return _upsample_k("upsample_separable", f"aten::{op}", k, self, output_size,
-                           (k, mode, bool(align_corners)) + _scales3(k, scales), out, allowed)
+        return _upsample("upsample_separable", f"aten::{op}", k, self, output_size,
+                         (k, mode, bool(align_corners)) + _scales3(k, scales), out, allowed)
 
     def backward(grad_output, output_size, input_size, align_corners, *scales, grad_input=None):
-        return _upsample_backward_k("upsample_separable_backward", f"aten::{op}_backward", k, grad_output,
-                                    output_size, input_size, (k, mode, bool(align_corners)) + _scales3(k, scales),
-                                    grad_input)
+        return _upsample_backward("upsample_separable_backward", f"aten::{op}_backward", k, grad_output,
+                                  output_size, input_size, (k, mode, bool(align_corners)) + _scales3(k, scales),
+                                  grad_input)
     forward.__name__, backward.__name__ = op, f"{op}_backward"
     return forward, backward
 
 
 upsample_linear1d, upsample_linear1d_backward = _separable_ops("upsample_linear1d", 1, _LINEAR, FLOATING)
+upsample_bilinear2d, upsample_bilinear2d_backward = _separable_ops("upsample_bilinear2d", 2, _LINEAR, FLOATING)
 upsample_trilinear3d, upsample_trilinear3d_backward = _separable_ops("upsample_trilinear3d", 3, _LINEAR, FLOATING)
 upsample_bicubic2d, upsample_bicubic2d_backward = _separable_ops("upsample_bicubic2d", 2, _CUBIC, FLOATING)
 upsample_bilinear2d_aa, upsample_bilinear2d_aa_backward = _separable_ops("_upsample_bilinear2d_aa", 2, _AA_LINEAR,
@@ -250,6 +158,10 @@ OVERLOADS.update({
     "upsample_linear1d.out": upsample_linear1d,
     "upsample_linear1d_backward": upsample_linear1d_backward,
     "upsample_linear1d_backward.grad_input": upsample_linear1d_backward,
+    "upsample_bilinear2d": upsample_bilinear2d,
+    "upsample_bilinear2d.out": upsample_bilinear2d,
+    "upsample_bilinear2d_backward": upsample_bilinear2d_backward,
+    "upsample_bilinear2d_backward.grad_input": upsample_bilinear2d_backward,
     "upsample_trilinear3d": upsample_trilinear3d,
     "upsample_trilinear3d.out": upsample_trilinear3d,
     "upsample_trilinear3d_backward": upsample_trilinear3d_backward,
