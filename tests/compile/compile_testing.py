@@ -2,6 +2,7 @@
 import torch
 
 import torch_plugin  # noqa: F401
+from torch_plugin.compile import compile_stats, reset_compile_stats
 
 
 def kernels_launched(fn):
@@ -14,6 +15,22 @@ def kernels_launched(fn):
         for name, n in row["kernels"].items():
             launched[name] = launched.get(name, 0) + n
     return result, launched
+
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def compiled_equals_eager(fn, *args):
+    """Compiles fn, calls it three times (capture, then replays), each call equal to eager
+    exactly; returns (compile_stats, kernels of the last call)."""
+    torch._dynamo.reset()
+    reset_compile_stats()
+    compiled = torch.compile(fn, backend="emu")
+    expected = fn(*args)
+    for _ in range(3):
+        got, launched = kernels_launched(lambda: compiled(*args))
+        torch.testing.assert_close(got.cpu(), expected.cpu(), atol=0, rtol=0)
+    return compile_stats(), launched
 
 
 def check_zoo_models_train_compiled_as_eager() -> list[str]:

@@ -10,23 +10,7 @@ import torch.nn.functional as F
 import torch_plugin  # noqa: F401
 from torch_plugin.compile import compile_stats, reset_compile_stats
 
-from compile_testing import kernels_launched
-
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _compiled_equals_eager(fn, *args):
-    """Compiles fn, calls it three times (capture, then replays), each call equal to eager
-    exactly; returns (compile_stats, kernels of the last call)."""
-    torch._dynamo.reset()
-    reset_compile_stats()
-    compiled = torch.compile(fn, backend="emu")
-    expected = fn(*args)
-    for _ in range(3):
-        got, launched = kernels_launched(lambda: compiled(*args))
-        torch.testing.assert_close(got.cpu(), expected.cpu(), atol=0, rtol=0)
-    return compile_stats(), launched
-
+from compile_testing import DTYPES, compiled_equals_eager, kernels_launched
 
 def _emu(*shape, dtype=torch.float32):
     return torch.randn(*shape, dtype=dtype).to("emu")
@@ -50,7 +34,7 @@ def plain_rms_norm(x, weight, eps=1e-5):
 @pytest.mark.parametrize("norm", (llama_rms_norm, plain_rms_norm))
 def test_rms_norm_is_one_row_kernel(norm, dtype):
     torch.manual_seed(0)
-    stats, launched = _compiled_equals_eager(norm, _emu(3, 5, 129, dtype=dtype), _emu(129, dtype=dtype))
+    stats, launched = compiled_equals_eager(norm, _emu(3, 5, 129, dtype=dtype), _emu(129, dtype=dtype))
     assert launched == {"fused_rms_norm": 1}, launched
     assert stats["rms_norm_fusions"] == 1 and stats["row_fusions"] == 1
 
@@ -60,7 +44,7 @@ def test_rms_norm_with_its_consumer_and_a_long_row():
     def fn(x, w):
         return F.silu(llama_rms_norm(x, w)) * 2.0
     torch.manual_seed(1)
-    stats, launched = _compiled_equals_eager(fn, _emu(4, 3000, dtype=torch.bfloat16), _emu(3000, dtype=torch.bfloat16))
+    stats, launched = compiled_equals_eager(fn, _emu(4, 3000, dtype=torch.bfloat16), _emu(3000, dtype=torch.bfloat16))
     assert launched == {"fused_rms_norm": 1}, launched
 
 
@@ -95,7 +79,7 @@ def test_a_mean_that_is_not_a_row_norm_stays_apart():
         return x.pow(2).mean(-1) + 1.0
     torch.manual_seed(2)
     for fn in (over_rows, no_keepdim):
-        stats, launched = _compiled_equals_eager(fn, _emu(6, 10))
+        stats, launched = compiled_equals_eager(fn, _emu(6, 10))
         assert stats["rms_norm_fusions"] == 0 and "fused_rms_norm" not in launched, launched
 
 
@@ -104,7 +88,7 @@ def test_rms_norm_transposed_input_is_not_fused():
     def fn(x, w):
         return plain_rms_norm(x.t(), w)
     torch.manual_seed(3)
-    stats, _ = _compiled_equals_eager(fn, _emu(16, 8), _emu(16))
+    stats, _ = compiled_equals_eager(fn, _emu(16, 8), _emu(16))
     assert stats["rms_norm_fusions"] == 0
 
 
@@ -141,7 +125,7 @@ def test_sdpa_runs_the_fused_attention_kernel(dtype, mask):
 
     def fn(q, k, v, bias):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, is_causal=mask == "causal")
-    stats, launched = _compiled_equals_eager(fn, q, k, v, bias)
+    stats, launched = compiled_equals_eager(fn, q, k, v, bias)
     assert launched.get("attention") == 1 and "bmm" not in launched, launched
     assert stats["fused_attention"] == 1
 
@@ -149,10 +133,10 @@ def test_sdpa_runs_the_fused_attention_kernel(dtype, mask):
 def test_sdpa_with_grouped_heads_and_a_3d_input():
     torch.manual_seed(5)
     q, k, v = _emu(1, 4, 6, 8), _emu(1, 2, 6, 8), _emu(1, 2, 6, 8)
-    stats, launched = _compiled_equals_eager(
+    stats, launched = compiled_equals_eager(
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, scale=0.3), q, k, v)
     assert launched.get("attention") == 1, launched
-    stats, launched = _compiled_equals_eager(
+    stats, launched = compiled_equals_eager(
         lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), _emu(3, 5, 8), _emu(3, 5, 8),
         _emu(3, 5, 8))
     assert launched.get("attention") == 1, launched
@@ -163,7 +147,7 @@ def test_sdpa_the_fused_kernel_does_not_take_runs_the_math_path_as_eager():
     (batch dims that broadcast) runs the math path compiled too."""
     torch.manual_seed(6)
     q, k, v = _emu(2, 3, 5, 8), _emu(1, 3, 5, 8), _emu(1, 3, 5, 8)
-    stats, launched = _compiled_equals_eager(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
+    stats, launched = compiled_equals_eager(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v)
     assert stats["fused_attention"] == 0 and "attention" not in launched, launched
 
 

@@ -9,23 +9,7 @@ import torch.nn.functional as F
 import torch_plugin  # noqa: F401
 from torch_plugin.compile import compile_stats, reset_compile_stats
 
-from compile_testing import kernels_launched
-
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _compiled_equals_eager(fn, *args):
-    """Compiles fn, calls it three times (capture, then replays), checks each call against eager
-    exactly; returns (compile_stats, kernels of the last call)."""
-    torch._dynamo.reset()
-    reset_compile_stats()
-    compiled = torch.compile(fn, backend="emu")
-    expected = fn(*args)
-    for _ in range(3):
-        got, launched = kernels_launched(lambda: compiled(*args))
-        torch.testing.assert_close(got.cpu(), expected.cpu(), atol=0, rtol=0)
-    return compile_stats(), launched
-
+from compile_testing import DTYPES, compiled_equals_eager
 
 def _emu(*shape, dtype):
     return torch.randn(*shape, dtype=dtype).to("emu")
@@ -37,7 +21,7 @@ def test_softmax_fuses_its_scale_and_mask(dtype):
         return torch.softmax(scores * 0.125 + mask, dim=-1)
     torch.manual_seed(0)
     mask = torch.triu(torch.full((8, 8), float("-inf")), 1).to(dtype).to("emu")
-    stats, launched = _compiled_equals_eager(attention_probs, _emu(2, 3, 8, 8, dtype=dtype), mask)
+    stats, launched = compiled_equals_eager(attention_probs, _emu(2, 3, 8, 8, dtype=dtype), mask)
     assert launched == {"fused_softmax": 1}, launched
     assert stats["row_fusions"] == 1
 
@@ -47,7 +31,7 @@ def test_softmax_fuses_its_consumer(dtype):
     def fn(x):
         return torch.softmax(x, dim=1) * 3.0 - 1.0
     torch.manual_seed(1)
-    stats, launched = _compiled_equals_eager(fn, _emu(5, 37, dtype=dtype))
+    stats, launched = compiled_equals_eager(fn, _emu(5, 37, dtype=dtype))
     assert launched == {"fused_softmax": 1}, launched
 
 
@@ -56,7 +40,7 @@ def test_layer_norm_fuses_residual_add_and_activation(dtype):
     def block(x, residual, w, b):
         return F.gelu(F.layer_norm(x + residual, (x.shape[-1],), w, b, 1e-5))
     torch.manual_seed(2)
-    stats, launched = _compiled_equals_eager(block, _emu(4, 33, dtype=dtype), _emu(4, 33, dtype=dtype),
+    stats, launched = compiled_equals_eager(block, _emu(4, 33, dtype=dtype), _emu(4, 33, dtype=dtype),
                                              _emu(33, dtype=dtype), _emu(33, dtype=dtype))
     assert launched == {"fused_layer_norm": 1}, launched
     assert stats["row_fusions"] == 1
@@ -90,7 +74,7 @@ def test_bmm_gets_an_epilogue(dtype):
     def fn(a, b, bias):
         return torch.relu(torch.bmm(a, b) + bias)
     torch.manual_seed(4)
-    stats, launched = _compiled_equals_eager(fn, _emu(3, 5, 7, dtype=dtype), _emu(3, 7, 6, dtype=dtype),
+    stats, launched = compiled_equals_eager(fn, _emu(3, 5, 7, dtype=dtype), _emu(3, 7, 6, dtype=dtype),
                                              _emu(6, dtype=dtype))
     assert launched == {"bmm_epilogue": 1}, launched
     assert stats["bmm_epilogues"] == 1
@@ -127,9 +111,9 @@ def test_recompute_rule_inlines_a_shared_value_only_when_it_moves_fewer_bytes():
         return torch.exp(y) + torch.sin(y)
     torch.manual_seed(5)
     x, b = _emu(64, 32, dtype=torch.float32), _emu(64, 32, dtype=torch.float32)
-    _, launched = _compiled_equals_eager(one_input, x)
+    _, launched = compiled_equals_eager(one_input, x)
     assert launched == {"fused_pointwise": 1}, launched
-    _, launched = _compiled_equals_eager(two_inputs, x, b)
+    _, launched = compiled_equals_eager(two_inputs, x, b)
     assert sum(launched.values()) == 2, launched    # y, then one chain reading it
 
 
