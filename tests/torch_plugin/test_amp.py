@@ -21,12 +21,7 @@ import torch_plugin  # noqa: F401
 EXACT = dict(rtol=0, atol=0)
 
 
-@pytest.fixture(autouse=True)
-def strict():
-    torch.emu.reset_op_stats()
-    with torch.emu.host_fallback("forbid"):
-        yield
-    assert not torch.emu.op_stats()["host_fallback"]
+pytestmark = pytest.mark.usefixtures("no_host_fallback")
 
 
 def _grads(seed=0, bad=None):
