@@ -28,12 +28,7 @@ FOREACH_TOL = dict(rtol=1e-5, atol=1e-6)
 FUSED_TOL = dict(rtol=1e-5, atol=1e-5)
 
 
-@pytest.fixture(autouse=True)
-def strict():
-    torch.emu.reset_op_stats()
-    with torch.emu.host_fallback("forbid"):
-        yield
-    assert not torch.emu.op_stats()["host_fallback"]
+pytestmark = pytest.mark.usefixtures("no_host_fallback")
 
 
 def _model(seed=0):
@@ -64,6 +59,16 @@ def _train(device, cls, kwargs, steps=4, clip=0.5, scheduler=None):
     return [p.detach().cpu() for p in model.parameters()], opt, lrs
 
 
+def _matches_cpu(cls, kwargs, tol=FUSED_TOL, cpu_kwargs=None, **train):
+    """Trains with cls on the device (kwargs) and on CPU (cpu_kwargs, by default the same); the
+    parameters agree within tol. Returns the device's optimizer and both runs' learning rates."""
+    emu, opt, lrs_emu = _train("emu", cls, kwargs, **train)
+    cpu, _, lrs_cpu = _train("cpu", cls, kwargs if cpu_kwargs is None else cpu_kwargs, **train)
+    for a, b in zip(emu, cpu):
+        torch.testing.assert_close(a, b, **tol)
+    return opt, lrs_emu, lrs_cpu
+
+
 CONFIGS = {
     "sgd": (torch.optim.SGD, dict(lr=0.1)),
     "sgd_momentum": (torch.optim.SGD, dict(lr=0.1, momentum=0.9)),
@@ -81,10 +86,7 @@ CONFIGS = {
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_foreach_matches_cpu(name):
     cls, kwargs = CONFIGS[name]
-    emu, opt, _ = _train("emu", cls, {**kwargs, "foreach": True})
-    cpu, _, _ = _train("cpu", cls, {**kwargs, "foreach": True})
-    for a, b in zip(emu, cpu):
-        torch.testing.assert_close(a, b, **FOREACH_TOL)
+    opt, _, _ = _matches_cpu(cls, {**kwargs, "foreach": True}, FOREACH_TOL)
     composite = torch.emu.op_stats()["composite"]
     assert composite.get("aten::_foreach_norm.Scalar", 0) > 0  # clip_grad_norm_
     assert composite.get("aten::_foreach_mul_.Tensor", 0) > 0
@@ -101,10 +103,7 @@ def test_foreach_matches_cpu(name):
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_fused_matches_cpu(name):
     cls, kwargs = CONFIGS[name]
-    emu, _, _ = _train("emu", cls, {**kwargs, "fused": True})
-    cpu, _, _ = _train("cpu", cls, {**kwargs, "fused": True})
-    for a, b in zip(emu, cpu):
-        torch.testing.assert_close(a, b, **FUSED_TOL)
+    _matches_cpu(cls, {**kwargs, "fused": True})
     fused = {torch.optim.SGD: "aten::_fused_sgd_", torch.optim.Adam: "aten::_fused_adam_",
              torch.optim.AdamW: "aten::_fused_adamw_"}[cls]
     assert torch.emu.op_stats()["native"].get(fused, 0) == 4
@@ -118,33 +117,23 @@ def test_fused_and_foreach_agree_on_emu():
 
 
 def test_capturable_adam_matches_cpu():
-    emu, opt, _ = _train("emu", torch.optim.Adam, dict(lr=1e-2, foreach=True, capturable=True))
-    cpu, _, _ = _train("cpu", torch.optim.Adam, dict(lr=1e-2, foreach=True))
-    for a, b in zip(emu, cpu):
-        torch.testing.assert_close(a, b, **FUSED_TOL)
+    opt, _, _ = _matches_cpu(torch.optim.Adam, dict(lr=1e-2, foreach=True, capturable=True),
+                             cpu_kwargs=dict(lr=1e-2, foreach=True))
     assert all(s["step"].device.type == "emu" for s in opt.state.values())
 
 
 def test_fused_tensor_lr_is_read_on_the_device():
-    emu, _, _ = _train("emu", torch.optim.Adam, dict(lr=torch.tensor(0.02), fused=True))
-    cpu, _, _ = _train("cpu", torch.optim.Adam, dict(lr=0.02, fused=True))
-    for a, b in zip(emu, cpu):
-        torch.testing.assert_close(a, b, **FUSED_TOL)
-    emu, _, _ = _train("emu", torch.optim.SGD, dict(lr=torch.tensor(0.05), momentum=0.9, fused=True))
-    cpu, _, _ = _train("cpu", torch.optim.SGD, dict(lr=0.05, momentum=0.9, fused=True))
-    for a, b in zip(emu, cpu):
-        torch.testing.assert_close(a, b, **FUSED_TOL)
+    _matches_cpu(torch.optim.Adam, dict(lr=torch.tensor(0.02), fused=True), cpu_kwargs=dict(lr=0.02, fused=True))
+    _matches_cpu(torch.optim.SGD, dict(lr=torch.tensor(0.05), momentum=0.9, fused=True),
+                 cpu_kwargs=dict(lr=0.05, momentum=0.9, fused=True))
 
 
 @pytest.mark.parametrize("mode", ["foreach", "fused"])
 def test_lr_scheduler_unchanged(mode):
     def sched(opt):
         return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.05, total_steps=5)
-    emu, _, lr_emu = _train("emu", torch.optim.AdamW, {"lr": 0.01, mode: True}, steps=5, scheduler=sched)
-    cpu, _, lr_cpu = _train("cpu", torch.optim.AdamW, {"lr": 0.01, mode: True}, steps=5, scheduler=sched)
+    _, lr_emu, lr_cpu = _matches_cpu(torch.optim.AdamW, {"lr": 0.01, mode: True}, steps=5, scheduler=sched)
     assert lr_emu == lr_cpu
-    for a, b in zip(emu, cpu):
-        torch.testing.assert_close(a, b, **FUSED_TOL)
 
 
 def test_clip_grad_norm_foreach_matches_cpu():
