@@ -48,7 +48,8 @@ def _check_floating(name: str, dtype) -> None:
                            " (floating dtypes only)")
 
 
-def _log_softmax(x, dim, half_to_float, out=None):
+@OVERLOADS.implements("_log_softmax", "_log_softmax.out")
+def log_softmax(x, dim, half_to_float, out=None):
     name = "aten::_log_softmax"
     device = common_device(name, x) if out is None else common_device(name, x, out)
     _check_floating(name, x.dtype)
@@ -65,17 +66,8 @@ def _log_softmax(x, dim, half_to_float, out=None):
     return out
 
 
-@OVERLOADS.implements("_log_softmax")
-def log_softmax(self, dim, half_to_float):
-    return _log_softmax(self, dim, half_to_float)
-
-
-@OVERLOADS.implements("_log_softmax.out")
-def log_softmax_out(self, dim, half_to_float, *, out):
-    return _log_softmax(self, dim, half_to_float, out)
-
-
-def _log_softmax_backward(grad_output, output, dim, input_dtype, out=None):
+@OVERLOADS.implements("_log_softmax_backward_data", "_log_softmax_backward_data.out")
+def log_softmax_backward_data(grad_output, output, dim, input_dtype, out=None):
     name = "aten::_log_softmax_backward_data"
     device = common_device(name, grad_output, output) if out is None else \
         common_device(name, grad_output, output, out)
@@ -94,13 +86,3 @@ def _log_softmax_backward(grad_output, output, dim, input_dtype, out=None):
         rt().launch("log_softmax_backward", (_softmax_ref(out), _softmax_ref(grad_output), _softmax_ref(output), d),
                     current_stream(device))
     return out
-
-
-@OVERLOADS.implements("_log_softmax_backward_data")
-def log_softmax_backward_data(grad_output, output, dim, input_dtype):
-    return _log_softmax_backward(grad_output, output, dim, input_dtype)
-
-
-@OVERLOADS.implements("_log_softmax_backward_data.out")
-def log_softmax_backward_data_out(grad_output, output, dim, input_dtype, *, out):
-    return _log_softmax_backward(grad_output, output, dim, input_dtype, out)

@@ -115,6 +115,7 @@ def _softmax_ref(t: torch.Tensor):
     return device_ref(t, (1,), (0,)) if t.dim() == 0 else device_ref(t)
 
 
+@OVERLOADS.implements("_softmax", "_softmax.out")
 def _softmax(x, dim, half_to_float, out=None, safe=False):
     name = "aten::_safe_softmax" if safe else "aten::_softmax"
     device = common_device(name, x) if out is None else common_device(name, x, out)
@@ -147,18 +148,10 @@ def safe_softmax(self, dim, dtype=None):
     return _softmax(x, dim, False, safe=True)
 
 
-@OVERLOADS.implements("_softmax")
-def softmax(self, dim, half_to_float):
-    return _softmax(self, dim, half_to_float)
-
-
-@OVERLOADS.implements("_softmax.out")
-def softmax_out(self, dim, half_to_float, *, out):
-    return _softmax(self, dim, half_to_float, out)
-
-
-def _softmax_backward(grad_output, output, dim, input_dtype, out=None):
+@OVERLOADS.implements("_softmax_backward_data", "_softmax_backward_data.out")
+def softmax_backward_data(grad_output, output, dim, input_dtype, grad_input=None):
     name = "aten::_softmax_backward_data"
+    out = grad_input  # the .out form's result tensor
     tensors = (grad_output, output) if out is None else (grad_output, output, out)
     device = common_device(name, *tensors)
     _check_floating(name, "softmax_backward_data", grad_output.dtype, output.dtype, input_dtype)
@@ -183,16 +176,6 @@ def _softmax_backward(grad_output, output, dim, input_dtype, out=None):
     if out.numel():
         _launch(device, "softmax_backward", (_softmax_ref(out), _softmax_ref(grad_output), _softmax_ref(output), d))
     return out
-
-
-@OVERLOADS.implements("_softmax_backward_data")
-def softmax_backward_data(grad_output, output, dim, input_dtype):
-    return _softmax_backward(grad_output, output, dim, input_dtype)
-
-
-@OVERLOADS.implements("_softmax_backward_data.out")
-def softmax_backward_data_out(grad_output, output, dim, input_dtype, *, grad_input):
-    return _softmax_backward(grad_output, output, dim, input_dtype, grad_input)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,6 +420,7 @@ def _check_batch_norm(name, x, weight, bias, running_mean, running_var):
     return C
 
 
+@OVERLOADS.implements("native_batch_norm", "_native_batch_norm_legit")
 def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     name = "aten::native_batch_norm"
     params = (weight, bias, running_mean, running_var)
@@ -468,39 +452,22 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     return y, save_mean, save_invstd
 
 
-@OVERLOADS.implements("native_batch_norm")
-def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-
-
-@OVERLOADS.implements("native_batch_norm.out")
-def native_batch_norm_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out, save_mean,
-                          save_invstd):
-    results = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-    return _copy_outs("aten::native_batch_norm.out", results, (out, save_mean, save_invstd))
-
-
-@OVERLOADS.implements("_native_batch_norm_legit")
-def batch_norm_legit(input, weight, bias, running_mean, running_var, training, momentum, eps):
-    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-
-
-@OVERLOADS.implements("_native_batch_norm_legit.out")
-def batch_norm_legit_out(input, weight, bias, running_mean, running_var, training, momentum, eps, *, out, save_mean,
-                         save_invstd):
-    results = _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-    return _copy_outs("aten::_native_batch_norm_legit.out", results, (out, save_mean, save_invstd))
-
-
 @OVERLOADS.implements("_native_batch_norm_legit.no_stats")
 def batch_norm_legit_no_stats(input, weight, bias, training, momentum, eps):
     return _batch_norm(input, weight, bias, None, None, training, momentum, eps)
 
 
-@OVERLOADS.implements("_native_batch_norm_legit.no_stats_out")
-def batch_norm_legit_no_stats_out(input, weight, bias, training, momentum, eps, *, out, save_mean, save_invstd):
-    results = _batch_norm(input, weight, bias, None, None, training, momentum, eps)
-    return _copy_outs("aten::_native_batch_norm_legit.no_stats_out", results, (out, save_mean, save_invstd))
+def _batch_norm_out(overload: str, functional):
+    """The ``overload`` out= form of a batch norm: ``functional``'s results copied into out, save_mean
+    and save_invstd (_copy_outs)."""
+    def kernel(*args, out, save_mean, save_invstd):
+        return _copy_outs(f"aten::{overload}", functional(*args), (out, save_mean, save_invstd))
+    return kernel
+
+
+OVERLOADS.update({overload: _batch_norm_out(overload, functional) for overload, functional in (
+    ("native_batch_norm.out", _batch_norm), ("_native_batch_norm_legit.out", _batch_norm),
+    ("_native_batch_norm_legit.no_stats_out", batch_norm_legit_no_stats))})
 
 
 @OVERLOADS.implements("_batch_norm_with_update")
