@@ -25,22 +25,23 @@ import torch
 REDUCED = (torch.float16, torch.bfloat16)
 
 
-def _map(fn, value):
+def map_tensors(fn, value):
+    """fn on every tensor of value (a tensor, or lists/tuples of them, nested); others unchanged."""
     if isinstance(value, torch.Tensor):
         return fn(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_map(fn, v) for v in value)
+        return type(value)(map_tensors(fn, v) for v in value)
     return value
 
 
 def as_float64(value):
     """Floating tensors (in lists/tuples too) as float64 CPU copies; others unchanged."""
-    return _map(lambda t: t.detach().cpu().double() if t.is_floating_point() else t, value)
+    return map_tensors(lambda t: t.detach().cpu().double() if t.is_floating_point() else t, value)
 
 
 def magnitudes(value):
     """|x| of every floating tensor, as float64 (for the ``scale`` of a bilinear op)."""
-    return _map(lambda t: t.detach().cpu().double().abs() if t.is_floating_point() else t, value)
+    return map_tensors(lambda t: t.detach().cpu().double().abs() if t.is_floating_point() else t, value)
 
 
 def reference64(fn, *args, **kwargs):

@@ -13,6 +13,7 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from plugin_testing import make
+from precision import map_tensors
 
 aten = torch.ops.aten
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
@@ -416,14 +417,6 @@ def _module_samples():
     torch.random.set_rng_state(generator_state)
 
 
-def _tree(fn, x):
-    if isinstance(x, torch.Tensor):
-        return fn(x)
-    if isinstance(x, (tuple, list)):
-        return type(x)(_tree(fn, v) for v in x)
-    return x
-
-
 def _leaves(x):
     if isinstance(x, torch.Tensor):
         return [x]
@@ -439,8 +432,8 @@ def test_module_info_samples(cls, sample):
     torch.manual_seed(0)
     cpu = cls(*sample.constructor_input.args, **sample.constructor_input.kwargs)
     dev = copy.deepcopy(cpu).to("emu")
-    args_c = _tree(lambda t: t.detach().clone().requires_grad_(), sample.forward_input.args)
-    args_e = _tree(lambda t: t.detach().to("emu").requires_grad_(), sample.forward_input.args)
+    args_c = map_tensors(lambda t: t.detach().clone().requires_grad_(), sample.forward_input.args)
+    args_e = map_tensors(lambda t: t.detach().to("emu").requires_grad_(), sample.forward_input.args)
     out_c, out_e = cpu(*args_c), dev(*args_e)
     for a, b in zip(_leaves(out_e), _leaves(out_c)):
         close(a, b, torch.float32)
