@@ -22,6 +22,41 @@ def make(dtype, shape, seed=0):
     return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=g, dtype=dtype)
 
 
+def same(got, expected, **tol):
+    """got (a device tensor, or lists/tuples of them) equals expected (CPU): dtype, shape and the
+    values, exactly or within tol, NaN equal to NaN."""
+    if isinstance(expected, (tuple, list)):
+        for g, e in zip(got, expected):
+            same(g, e, **tol)
+        return
+    got = got.cpu()
+    assert got.dtype == expected.dtype and got.shape == expected.shape, (got.dtype, got.shape, expected.dtype,
+                                                                          expected.shape)
+    torch.testing.assert_close(got, expected, equal_nan=True, **(tol or EXACT))
+
+
+def check_operation_scope_fault(name, fn, message):
+    """fn(e), e a device copy of a 4x5 float32 tensor, launches the op ``name`` with a bad index
+    value that the kernel rejects when the device runs it: an operation-scope INVALID_ARGUMENT whose
+    text holds message, not sticky (the next op runs), and nothing written: e, the rejected
+    command's output if name is an in-place op's, holds no valid data (issue #9), else is
+    unchanged; another tensor on the device is untouched."""
+    x = make(torch.float32, (4, 5))
+    e, keep = x.to("emu"), torch.arange(6.0).to("emu")
+    torch.emu.synchronize()
+    fn(e)  # launches; the kernel rejects the index when the device runs it
+    with pytest.raises(torch.AcceleratorError, match="INVALID_ARGUMENT") as info:
+        torch.emu.synchronize()
+    assert message in str(info.value) and info.value.scope == "operation"
+    assert torch.ones(2, device="emu").sum().item() == 2.0  # not sticky: no recovery needed
+    if name.endswith("_"):  # e is the rejected command's output: reading it names the error (issue #9)
+        with pytest.raises(torch.AcceleratorError, match="holds no valid data.*INVALID_ARGUMENT"):
+            e.cpu()
+    else:
+        same(e, x)  # an input: nothing was written
+    same(keep, torch.arange(6.0))
+
+
 @pytest.fixture(autouse=True)
 def forbid_fallback():
     """Autouse where imported: the module's tests run with the host fallback forbidden, and none was counted."""

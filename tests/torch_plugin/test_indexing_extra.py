@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import torch_plugin  # noqa: F401
-from plugin_testing import EXACT, make
+from plugin_testing import EXACT, check_operation_scope_fault, make, same
 
 FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8]
@@ -26,17 +26,6 @@ warnings.filterwarnings("ignore", message="index_reduce")
 
 def emu(t):
     return t.to("emu") if isinstance(t, torch.Tensor) else t
-
-
-def same(got, expected, **tol):
-    if isinstance(expected, (tuple, list)):
-        for g, e in zip(got, expected):
-            same(g, e, **tol)
-        return
-    got = got.cpu()
-    assert got.dtype == expected.dtype and got.shape == expected.shape, (got.dtype, got.shape, expected.dtype,
-                                                                          expected.shape)
-    torch.testing.assert_close(got, expected, equal_nan=True, **(tol or EXACT))
 
 
 def reduce_tol(dtype):
@@ -357,16 +346,4 @@ FAULTS = [
 @pytest.mark.parametrize("name,fn,message", FAULTS, ids=[f[0] for f in FAULTS])
 def test_bad_index_values_are_an_operation_scope_error_and_write_nothing(name, fn, message):
     # An operation-scope INVALID_ARGUMENT (formerly a sticky KERNEL_FAULT, issue 18): no recovery.
-    x = make(torch.float32, (4, 5))
-    e, keep = emu(x), emu(torch.arange(6.0))
-    torch.emu.synchronize()
-    fn(e)
-    with pytest.raises(torch.AcceleratorError, match="INVALID_ARGUMENT") as info:
-        torch.emu.synchronize()
-    assert message in str(info.value) and info.value.scope == "operation"
-    if name.endswith("_"):  # e is the rejected command's output: reading it names the error (issue #9)
-        with pytest.raises(torch.AcceleratorError, match="holds no valid data.*INVALID_ARGUMENT"):
-            e.cpu()
-    else:
-        same(e, x)  # an input: nothing was written
-    same(keep, torch.arange(6.0))
+    check_operation_scope_fault(name, fn, message)
