@@ -38,15 +38,24 @@ def test_ring_overflow_raises(env):
     assert ring.submitted == 3
 
 
-def test_doorbell_wakes_the_consumer(env):
+def _consumed_ring(env):
+    """A ring of 8 entries and the list of (time, command) its consumer process reads, the
+    consumer following the firmware's protocol: wait on the doorbell while the ring is empty."""
     ring = CommandRing(env, 0, entries=8)
     seen = []
 
     def firmware():
         while True:
-            if not len(ring):          # the protocol: wait on the doorbell while the ring is empty
+            if not len(ring):
                 yield ring.doorbell()
             seen.append((env.now, ring.read()))
+
+    env.process(firmware())
+    return ring, seen
+
+
+def test_doorbell_wakes_the_consumer(env):
+    ring, seen = _consumed_ring(env)
 
     def host():
         yield env.timeout(10)
@@ -57,23 +66,13 @@ def test_doorbell_wakes_the_consumer(env):
         ring.write("z")
         ring.ring_doorbell()
 
-    env.process(firmware())
     env.process(host())
     env.run(until=100)
     assert seen == [(10, "x"), (15, "y"), (15, "z")]
 
 
 def test_written_but_not_rung_commands_wait_for_the_doorbell(env):
-    ring = CommandRing(env, 0, entries=8)
-    seen = []
-
-    def firmware():
-        while True:
-            if not len(ring):          # the protocol: wait on the doorbell while the ring is empty
-                yield ring.doorbell()
-            seen.append((env.now, ring.read()))
-
-    env.process(firmware())
+    ring, seen = _consumed_ring(env)
     env.run(until=5)
 
     def host():
