@@ -20,6 +20,15 @@ def leaf_fields(cls, prefix=""):
             yield name, f
 
 
+def load_file_error(path, text=None) -> ConfigError:
+    """The ConfigError that C.load_file raises for path (first written with text, where given)."""
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        C.load_file(path)
+    return info.value
+
+
 # -- presets ---------------------------------------------------------------
 
 def test_presets_lists_default_and_tiny():
@@ -157,28 +166,22 @@ def test_load_file_keeps_an_explicit_name(tmp_path):
 
 
 def test_load_file_bad_value_names_the_dotted_field(tmp_path):
-    path = tmp_path / "bad.toml"
-    path.write_text("[device.hbm]\ncapacity_bytes = -1\n")
-    with pytest.raises(ConfigError) as info:
-        C.load_file(path)
-    assert info.value.field == "device.hbm.capacity_bytes"
+    error = load_file_error(tmp_path / "bad.toml", "[device.hbm]\ncapacity_bytes = -1\n")
+    assert error.field == "device.hbm.capacity_bytes"
 
 
 def test_load_file_rejects_invalid_toml(tmp_path):
     path = tmp_path / "broken.toml"
-    path.write_text("[device\nname = \n")
-    with pytest.raises(ConfigError) as info:
-        C.load_file(path)
-    assert "not valid TOML" in str(info.value)
-    assert str(path) in str(info.value)
+    error = load_file_error(path, "[device\nname = \n")
+    assert "not valid TOML" in str(error)
+    assert str(path) in str(error)
 
 
 def test_load_file_missing_file(tmp_path):
     path = tmp_path / "absent.toml"
-    with pytest.raises(ConfigError) as info:
-        C.load_file(path)
-    assert info.value.field == "EMU_CONFIG"
-    assert str(path) in str(info.value)
+    error = load_file_error(path)
+    assert error.field == "EMU_CONFIG"
+    assert str(path) in str(error)
 
 
 def test_device_total_memory_is_the_hbm_capacity():
