@@ -82,24 +82,19 @@ def test_suite_level_errors_name_the_file(tmp_path):
     path = write_suite(tmp_path, "", head="[thresholds]\ndevice_time_s = \"1%\"\n")
     with pytest.raises(SuiteError, match=r"suite\.toml: field 'thresholds\.device_time_s': expected a relative"):
         load_suite(path)
-    path.write_text("[suite]\nname = \"x\"\n")
-    with pytest.raises(SuiteError, match="at least one"):
-        load_suite(path)
-    path.write_text("[[workload]]\nname = \"a\"\ntask = \"train\"\n")
-    with pytest.raises(SuiteError, match="workload 'a': field 'model': required"):
-        load_suite(path)
-    path.write_text("[[workload]]\nname = \"a\"\nmodel = \"mlp\"\ntask = \"train\"\n" * 2)
-    with pytest.raises(SuiteError, match="workload 'a': field 'name': two workloads"):
-        load_suite(path)
-    path.write_text("[[workload]]\nname = \"a\"\nmodel = \"vgg\"\ntask = \"train\"\n")
-    with pytest.raises(SuiteError, match="field 'model': 'vgg' is not a zoo model"):
-        load_suite(path, zoo_names={"mlp"})
-    path.write_text("[[workload]]\nname = \"a\"\nmodel = \"transformers:llama\"\ntask = \"train\"\n")
-    with pytest.raises(SuiteError, match="field 'prefill_tokens': required"):
-        load_suite(path)
-    path.write_text("not toml [")
-    with pytest.raises(SuiteError, match="not valid TOML"):
-        load_suite(path)
+    for text, message, zoo_names in (
+            ("[suite]\nname = \"x\"\n", "at least one", None),
+            ("[[workload]]\nname = \"a\"\ntask = \"train\"\n", "workload 'a': field 'model': required", None),
+            ("[[workload]]\nname = \"a\"\nmodel = \"mlp\"\ntask = \"train\"\n" * 2,
+             "workload 'a': field 'name': two workloads", None),
+            ("[[workload]]\nname = \"a\"\nmodel = \"vgg\"\ntask = \"train\"\n",
+             "field 'model': 'vgg' is not a zoo model", {"mlp"}),
+            ("[[workload]]\nname = \"a\"\nmodel = \"transformers:llama\"\ntask = \"train\"\n",
+             "field 'prefill_tokens': required", None),
+            ("not toml [", "not valid TOML", None)):
+        path.write_text(text)
+        with pytest.raises(SuiteError, match=message):
+            load_suite(path, zoo_names=zoo_names)
 
 
 def test_defaults_are_resolved_and_the_repository_suites_validate():
