@@ -52,12 +52,19 @@ PAIR_IDS = [f"{str(a)[6:]}->{str(b)[6:]}" for a, b in PAIRS]
 
 # -------------------------------------------------------- dtype x direction
 
+def _copied(t, device, dtype, src):
+    """t.to(device, dtype), checked: it lies on device and holds src (the CPU values t holds)
+    converted to dtype on CPU."""
+    out = t.to(device, dtype)
+    assert out.device == device
+    exact(out, src.to(dtype))
+    return out
+
+
 @pytest.mark.parametrize("src_dtype,dst_dtype", PAIRS, ids=PAIR_IDS)
 def test_host_to_device(src_dtype, dst_dtype):
     src = source_values(src_dtype, dst_dtype)
-    out = src.to(E0, dst_dtype)
-    assert out.device == E0
-    exact(out, src.to(dst_dtype))
+    _copied(src, E0, dst_dtype, src)
     exact(src, source_values(src_dtype, dst_dtype))  # the source is untouched
 
 
@@ -65,9 +72,7 @@ def test_host_to_device(src_dtype, dst_dtype):
 def test_device_to_host(src_dtype, dst_dtype):
     src = source_values(src_dtype, dst_dtype)
     dev = src.to(E0)
-    out = dev.to(CPU, dst_dtype)
-    assert out.device == CPU
-    exact(out, src.to(dst_dtype))
+    _copied(dev, CPU, dst_dtype, src)
     exact(dev, src)  # the device source is untouched
 
 
@@ -87,18 +92,12 @@ def test_device_to_device_same(src_dtype, dst_dtype):
 @pytest.mark.parametrize("src_dtype,dst_dtype", PAIRS, ids=PAIR_IDS)
 def test_device_to_peer_and_back(src_dtype, dst_dtype):
     src = source_values(src_dtype, dst_dtype)
-    dev0 = src.to(E0)
-    out1 = dev0.to(E1, dst_dtype)
-    assert out1.device == E1
-    exact(out1, src.to(dst_dtype))
+    out1 = _copied(src.to(E0), E1, dst_dtype, src)
     back = out1.to(E0, src_dtype) if dst_dtype == src_dtype else out1.to(E0)
     assert back.device == E0
     exact(back, src.to(dst_dtype).to(back.dtype))
     # emu:1 -> emu:0 with the conversion on the way back.
-    dev1 = src.to(E1)
-    out0 = dev1.to(E0, dst_dtype)
-    assert out0.device == E0
-    exact(out0, src.to(dst_dtype))
+    _copied(src.to(E1), E0, dst_dtype, src)
 
 
 # ------------------------------------------------------------- layouts
