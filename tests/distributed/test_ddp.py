@@ -6,24 +6,10 @@ import json
 import torch
 
 from dist_testing import ROOT, job_env, tail, torchrun
+from scripts.parallel_checks import cpu_mlp_reference
 from torch_plugin.distributed.merge_traces import main as merge_main
-from torch_plugin.zoo import MODELS
 
 STEPS, LR = 4, 0.1
-
-
-def cpu_reference():
-    spec = MODELS["mlp"]
-    model = spec.build(0)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
-    for step in range(STEPS):
-        loss = spec.loss(model, spec.batch(step))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    return losses, model.state_dict()
 
 
 def test_ddp_matches_cpu_and_resumes_after_a_rank_failure(tmp_path):
@@ -37,7 +23,8 @@ def test_ddp_matches_cpu_and_resumes_after_a_rank_failure(tmp_path):
     # rank 0 raised its DistBackendError first is a race: test_failures.py checks that error)
     assert "rank 1 fails at step 2 on purpose" in proc.stdout
     assert out["restarts"] == 1 and out["start"] == 2
-    losses, params = cpu_reference()
+    losses, model = cpu_mlp_reference(STEPS, LR)
+    params = model.state_dict()
     torch.testing.assert_close(out["losses"], losses[2:], rtol=1e-4, atol=1e-5)
     for name, value in params.items():
         torch.testing.assert_close(torch.tensor(out["params"][name]), value.reshape(-1), rtol=1e-4, atol=1e-5)

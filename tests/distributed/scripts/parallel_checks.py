@@ -17,18 +17,41 @@ def shard(batch, rank, world):
     return {k: v[rank * n:(rank + 1) * n] for k, v in batch.items()}
 
 
-def cpu_mlp_reference():
+def cpu_mlp_reference(steps=STEPS, lr=LR):
+    """The zoo MLP trained on CPU in one process (SGD, the zoo's batch of each step): the losses of
+    its steps and the model. Also tests/distributed/test_ddp.py's reference."""
     spec = MODELS["mlp"]
     model = spec.build(0)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
     losses = []
-    for step in range(STEPS):
+    for step in range(steps):
         loss = spec.loss(model, spec.batch(step))
         opt.zero_grad()
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
     return losses, model
+
+
+def train_against_cpu(model, forward_model, rank, world, dev):
+    """STEPS SGD steps of the zoo MLP (model, run through forward_model: itself or its wrapper), each
+    rank on its shard of the batch, with the host fallback forbidden. Returns the largest difference
+    of the rank-averaged losses from cpu_mlp_reference()'s, and the reference model."""
+    spec = MODELS["mlp"]
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    with torch.emu.host_fallback("forbid"):
+        for step in range(STEPS):
+            b = {k: v.to(dev) for k, v in shard(spec.batch(step), rank, world).items()}
+            loss = spec.loss(forward_model, b)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            avg = loss.detach().clone()
+            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+            losses.append(float(avg.cpu()))
+    ref_losses, ref = cpu_mlp_reference()
+    return max(abs(a - b) for a, b in zip(losses, ref_losses)), ref
 
 
 def fsdp2(rank, world, dev):
@@ -39,22 +62,9 @@ def fsdp2(rank, world, dev):
         if isinstance(m, nn.Linear):
             fully_shard(m)
     fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
-    with torch.emu.host_fallback("forbid"):
-        for step in range(STEPS):
-            b = {k: v.to(dev) for k, v in shard(spec.batch(step), rank, world).items()}
-            loss = spec.loss(model, b)
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            avg = loss.detach().clone()
-            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
-            losses.append(float(avg.cpu()))
-    ref_losses, ref = cpu_mlp_reference()
+    loss_diff, ref = train_against_cpu(model, model, rank, world, dev)
     full = {k: v.full_tensor().cpu() for k, v in model.state_dict().items()}
     param_diff = max(float((full[k] - v).abs().max()) for k, v in ref.state_dict().items())
-    loss_diff = max(abs(a - b) for a, b in zip(losses, ref_losses))
     return model, {"loss_diff": loss_diff, "param_diff": param_diff,
                    "sharded": all(type(v).__name__ == "DTensor" for v in model.state_dict().values())}
 
@@ -63,22 +73,9 @@ def ddp(rank, world, dev):
     from torch.nn.parallel import DistributedDataParallel as DDP
     spec = MODELS["mlp"]
     model = spec.build(0).to(dev)
-    wrapped = DDP(model)
-    opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses = []
-    with torch.emu.host_fallback("forbid"):
-        for step in range(STEPS):
-            b = {k: v.to(dev) for k, v in shard(spec.batch(step), rank, world).items()}
-            loss = spec.loss(wrapped, b)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            avg = loss.detach().clone()
-            dist.all_reduce(avg, op=dist.ReduceOp.AVG)
-            losses.append(float(avg.cpu()))
-    ref_losses, ref = cpu_mlp_reference()
+    loss_diff, ref = train_against_cpu(model, DDP(model), rank, world, dev)
     got = model.state_dict()
-    return {"loss_diff": max(abs(a - b) for a, b in zip(losses, ref_losses)),
+    return {"loss_diff": loss_diff,
             "param_diff": max(float((got[k].cpu() - v).abs().max()) for k, v in ref.state_dict().items())}
 
 
