@@ -54,6 +54,16 @@ def run_both(fn, *inputs, grad_seed=1, differentiable=True):
     return (ye, yc), [(e.grad, c.grad) for e, c in zip(emu, cpu)]
 
 
+def check_both(fn, *inputs, dtype):
+    """run_both(fn, *inputs): emu's output and its gradient of every input close to CPU's (close).
+    Returns the outputs (emu, cpu)."""
+    (ye, yc), grads = run_both(fn, *inputs)
+    close(ye.detach(), yc.detach(), dtype)
+    for ge, gc in grads:
+        close(ge, gc, dtype, grad=True)
+    return ye, yc
+
+
 # ---------------------------------------------------------------------------------------------
 # softmax
 
@@ -62,9 +72,7 @@ def run_both(fn, *inputs, grad_seed=1, differentiable=True):
                                        ((2, 3, 300), 2), ((), 0), ((0, 5), 1), ((5, 0), 1)])
 def test_softmax_forward_backward(stats, dtype, shape, dim):
     x = randn(shape, dtype, scale=3)
-    (ye, yc), [(ge, gc)] = run_both(lambda t: F.softmax(t, dim), x)
-    close(ye.detach(), yc.detach(), dtype)
-    close(ge, gc, dtype, grad=True)
+    check_both(lambda t: F.softmax(t, dim), x, dtype=dtype)
     assert stats.native("aten::_softmax") == 1 and stats.native("aten::_softmax_backward_data") == 1
     stats.no_fallback()
 
@@ -74,10 +82,8 @@ def test_softmax_non_contiguous(stats, dtype):
     base = randn((6, 8, 5), dtype, scale=3)
     for view in views(base):
         for dim in (0, 1, -1):
-            (ye, yc), [(ge, gc)] = run_both(lambda t: F.softmax(t, dim), view)
-            close(ye.detach(), yc.detach(), dtype)
+            ye, _ = check_both(lambda t: F.softmax(t, dim), view, dtype=dtype)
             assert ye.is_contiguous()
-            close(ge, gc, dtype, grad=True)
     stats.no_fallback()
 
 
@@ -152,10 +158,7 @@ def test_layer_norm(stats, dtype, shape, normalized, affine):
     args = [x]
     if affine:
         args += [randn(normalized, dtype, seed=4), randn(normalized, dtype, seed=5)]
-    (ye, yc), grads = run_both(lambda t, *p: F.layer_norm(t, normalized, *p, eps=1e-5), *args)
-    close(ye.detach(), yc.detach(), dtype)
-    for ge, gc in grads:
-        close(ge, gc, dtype, grad=True)
+    check_both(lambda t, *p: F.layer_norm(t, normalized, *p, eps=1e-5), *args, dtype=dtype)
     assert stats.native("aten::native_layer_norm") == 1 and stats.native("aten::native_layer_norm_backward") == 1
     stats.no_fallback()
 
@@ -169,9 +172,7 @@ def test_layer_norm_stats_and_views(stats, dtype):
         close(ye, yc, dtype)
         close(me, mc, dtype)
         close(re, rc, dtype)
-        (ye, yc), [(ge, gc)] = run_both(lambda t: F.layer_norm(t, view.shape[-2:]), view)
-        close(ye.detach(), yc.detach(), dtype)
-        close(ge, gc, dtype, grad=True)
+        check_both(lambda t: F.layer_norm(t, view.shape[-2:]), view, dtype=dtype)
     stats.no_fallback()
 
 
@@ -233,10 +234,7 @@ def test_layer_norm_rejects_bad_input(stats):
 def test_rms_norm(stats, dtype, affine, eps):
     x = randn((3, 5, 16), dtype, scale=2)
     args = [x] + ([randn((16,), dtype, seed=4)] if affine else [])
-    (ye, yc), grads = run_both(lambda t, *p: F.rms_norm(t, (16,), *p, eps=eps), *args)
-    close(ye.detach(), yc.detach(), dtype)
-    for ge, gc in grads:
-        close(ge, gc, dtype, grad=True)
+    check_both(lambda t, *p: F.rms_norm(t, (16,), *p, eps=eps), *args, dtype=dtype)
     assert stats.native("aten::_fused_rms_norm") == 1 and stats.native("aten::_fused_rms_norm_backward") == 1
     stats.no_fallback()
 
@@ -267,10 +265,7 @@ def test_group_norm(stats, dtype, shape, groups, affine):
     x = randn(shape, dtype, scale=2) + 1
     C = shape[1]
     args = [x] + ([randn((C,), dtype, 4), randn((C,), dtype, 5)] if affine else [])
-    (ye, yc), grads = run_both(lambda t, *p: F.group_norm(t, groups, *p, eps=1e-5), *args)
-    close(ye.detach(), yc.detach(), dtype)
-    for ge, gc in grads:
-        close(ge, gc, dtype, grad=True)
+    check_both(lambda t, *p: F.group_norm(t, groups, *p, eps=1e-5), *args, dtype=dtype)
     assert stats.native("aten::native_group_norm") == 1 and stats.native("aten::native_group_norm_backward") == 1
     stats.no_fallback()
 
