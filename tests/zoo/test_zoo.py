@@ -41,6 +41,16 @@ def _check_ties(name, cpu_model, emu_model):
                         "(see test_module_to_device_keeps_tied_parameters)")
 
 
+def _tied_pair(name):
+    """MODELS[name]'s spec, its CPU model and emu copy (harness.pair) and its batch 0; the copy
+    must keep the model's shared parameters tied."""
+    spec = MODELS[name]
+    cpu_model, emu_model = harness.pair(spec)
+    batch = spec.batch(0)
+    _check_ties(name, cpu_model, emu_model)
+    return spec, cpu_model, emu_model, batch
+
+
 def _fallback_message(name, fell):
     return f"{name}: these aten ops fell back to the host (no device path): {dict(sorted(fell.items()))}"
 
@@ -58,10 +68,7 @@ def test_forward_matches_cpu(name, zoo_report):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_training_follows_cpu(name, zoo_report):
-    spec = MODELS[name]
-    cpu_model, emu_model = harness.pair(spec)
-    batch = spec.batch(0)
-    _check_ties(name, cpu_model, emu_model)
+    spec, cpu_model, emu_model, batch = _tied_pair(name)
     got = [s.loss for s in harness.train(spec, emu_model, batch, STEPS)]
     expected = [s.loss for s in harness.train(spec, cpu_model, batch, STEPS)]
     torch.testing.assert_close(torch.tensor(got), torch.tensor(expected), **spec.loss_tol,
@@ -194,10 +201,7 @@ def _cpu_autocast_reference():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_bf16_autocast_follows_cpu_autocast(name, zoo_report):
-    spec = MODELS[name]
-    cpu_model, emu_model = harness.pair(spec)
-    batch = spec.batch(0)
-    _check_ties(name, cpu_model, emu_model)
+    spec, cpu_model, emu_model, batch = _tied_pair(name)
 
     def run():
         out = harness.forward(spec, emu_model, batch, autocast=torch.bfloat16)
