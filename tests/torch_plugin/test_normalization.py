@@ -54,6 +54,12 @@ def run_both(fn, *inputs, grad_seed=1, differentiable=True):
     return (ye, yc), [(e.grad, c.grad) for e, c in zip(emu, cpu)]
 
 
+def ran_natively_once(stats, forward, backward):
+    """The forward and the backward op each ran once natively on the device, and nothing fell back."""
+    assert stats.native(forward) == 1 and stats.native(backward) == 1
+    stats.no_fallback()
+
+
 def check_both(fn, *inputs, dtype):
     """run_both(fn, *inputs): emu's output and its gradient of every input close to CPU's (close).
     Returns the outputs (emu, cpu)."""
@@ -73,8 +79,7 @@ def check_both(fn, *inputs, dtype):
 def test_softmax_forward_backward(stats, dtype, shape, dim):
     x = randn(shape, dtype, scale=3)
     check_both(lambda t: F.softmax(t, dim), x, dtype=dtype)
-    assert stats.native("aten::_softmax") == 1 and stats.native("aten::_softmax_backward_data") == 1
-    stats.no_fallback()
+    ran_natively_once(stats, "aten::_softmax", "aten::_softmax_backward_data")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -159,8 +164,7 @@ def test_layer_norm(stats, dtype, shape, normalized, affine):
     if affine:
         args += [randn(normalized, dtype, seed=4), randn(normalized, dtype, seed=5)]
     check_both(lambda t, *p: F.layer_norm(t, normalized, *p, eps=1e-5), *args, dtype=dtype)
-    assert stats.native("aten::native_layer_norm") == 1 and stats.native("aten::native_layer_norm_backward") == 1
-    stats.no_fallback()
+    ran_natively_once(stats, "aten::native_layer_norm", "aten::native_layer_norm_backward")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -235,8 +239,7 @@ def test_rms_norm(stats, dtype, affine, eps):
     x = randn((3, 5, 16), dtype, scale=2)
     args = [x] + ([randn((16,), dtype, seed=4)] if affine else [])
     check_both(lambda t, *p: F.rms_norm(t, (16,), *p, eps=eps), *args, dtype=dtype)
-    assert stats.native("aten::_fused_rms_norm") == 1 and stats.native("aten::_fused_rms_norm_backward") == 1
-    stats.no_fallback()
+    ran_natively_once(stats, "aten::_fused_rms_norm", "aten::_fused_rms_norm_backward")
 
 
 def test_rms_norm_module_non_contiguous(stats):
@@ -266,8 +269,7 @@ def test_group_norm(stats, dtype, shape, groups, affine):
     C = shape[1]
     args = [x] + ([randn((C,), dtype, 4), randn((C,), dtype, 5)] if affine else [])
     check_both(lambda t, *p: F.group_norm(t, groups, *p, eps=1e-5), *args, dtype=dtype)
-    assert stats.native("aten::native_group_norm") == 1 and stats.native("aten::native_group_norm_backward") == 1
-    stats.no_fallback()
+    ran_natively_once(stats, "aten::native_group_norm", "aten::native_group_norm_backward")
 
 
 def test_group_norm_stats_channels_last_and_module(stats):
