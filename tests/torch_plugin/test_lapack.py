@@ -6,6 +6,7 @@ differ from CPU's MKL in the last bits). SVD/eigh/eig vectors are compared throu
 free of the sign/phase choice (reconstructions, |v|): the device's host LAPACK (scipy's
 OpenBLAS) may pick another sign than CPU's MKL.
 """
+import contextlib
 import warnings
 
 import pytest
@@ -23,6 +24,16 @@ def _quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         yield
+
+
+@contextlib.contextmanager
+def _host_fallback_off():
+    """The host fallback off (torch.emu.set_host_fallback(False)) inside, on again after."""
+    torch.emu.set_host_fallback(False)
+    try:
+        yield
+    finally:
+        torch.emu.set_host_fallback(True)
 
 
 def _emu(x):
@@ -63,8 +74,7 @@ def _spd(dtype, *shape, seed=0):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_lu_family(dtype, stats):
-    torch.emu.set_host_fallback(False)
-    try:
+    with _host_fallback_off():
         A, R, B = _mat(dtype, 2, 4, 4), _mat(dtype, 4, 3, seed=1), _mat(dtype, 2, 4, 2, seed=2)
         _check(torch.linalg.lu_factor_ex, A, dtype=dtype)
         _check(torch.linalg.lu_factor_ex, R, dtype=dtype)
@@ -88,8 +98,6 @@ def test_lu_family(dtype, stats):
         _check(torch.linalg.slogdet, -A, dtype=dtype)
         _check(torch.logdet, _spd(dtype, 3, 3), dtype=dtype)
         _check(torch.linalg.matrix_power, A, -2, dtype=dtype)
-    finally:
-        torch.emu.set_host_fallback(True)
     _ran_natively(stats, "linalg_lu_factor_ex.out", "linalg_lu.out", "lu_unpack.out", "linalg_lu_solve.out",
                "_linalg_solve_ex.result", "linalg_inv_ex.inverse", "_linalg_det.result", "_linalg_slogdet.sign")
     stats.no_fallback()
@@ -97,8 +105,7 @@ def test_lu_family(dtype, stats):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_cholesky_ldl_family(dtype, stats):
-    torch.emu.set_host_fallback(False)
-    try:
+    with _host_fallback_off():
         S, B = _spd(dtype, 2, 4, 4), _mat(dtype, 2, 4, 3, seed=4)
         _check(torch.linalg.cholesky, S, dtype=dtype)
         _check(lambda s: torch.linalg.cholesky(s, upper=True), S.mT, dtype=dtype)
@@ -111,8 +118,6 @@ def test_cholesky_ldl_family(dtype, stats):
         sym = sym + sym.mT
         _check(torch.linalg.ldl_factor_ex, sym, dtype=dtype)
         _check(lambda s, b: torch.linalg.ldl_solve(*torch.linalg.ldl_factor(s), b), sym, B, dtype=dtype)
-    finally:
-        torch.emu.set_host_fallback(True)
     _ran_natively(stats, "linalg_cholesky_ex.L", "cholesky", "cholesky_inverse", "_cholesky_solve_helper",
                "linalg_ldl_factor_ex.out", "linalg_ldl_solve.out")
     stats.no_fallback()
@@ -120,8 +125,7 @@ def test_cholesky_ldl_family(dtype, stats):
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_qr_family(dtype, stats):
-    torch.emu.set_host_fallback(False)
-    try:
+    with _host_fallback_off():
         for shape in ((5, 3), (3, 5), (2, 4, 4)):
             A = _mat(dtype, *shape, seed=6)
             for mode in ("reduced", "complete", "r"):
@@ -135,8 +139,6 @@ def test_qr_family(dtype, stats):
             for transpose in (True, False):
                 _check(lambda a, c: torch.ormqr(*torch.geqrf(a), c if left else c.mT, left=left, transpose=transpose),
                        A, C, dtype=dtype)
-    finally:
-        torch.emu.set_host_fallback(True)
     _ran_natively(stats, "linalg_qr.out", "geqrf.a", "linalg_householder_product.out", "ormqr.out")
     stats.no_fallback()
 
@@ -144,8 +146,7 @@ def test_qr_family(dtype, stats):
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_spectral_family(dtype, stats):
     """Values exactly; vectors through sign-free quantities."""
-    torch.emu.set_host_fallback(False)
-    try:
+    with _host_fallback_off():
         for shape in ((5, 3), (3, 5), (2, 4, 4)):
             A = _mat(dtype, *shape, seed=9)
             U, S, Vh = torch.linalg.svd(_emu(A), full_matrices=False)
@@ -173,15 +174,12 @@ def test_spectral_family(dtype, stats):
         torch.testing.assert_close(w.cpu(), wc, **TOL[dtype])
         torch.testing.assert_close(v.cpu().abs(), vc.abs(), **TOL[dtype])
         torch.testing.assert_close(torch.linalg.eigvals(_emu(G)).cpu(), wc, **TOL[dtype])
-    finally:
-        torch.emu.set_host_fallback(True)
     _ran_natively(stats, "_linalg_svd.U", "_linalg_eigh.eigenvalues", "linalg_eig", "_linalg_eigvals")
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_lstsq_triangular_cross_trace(dtype, stats):
-    torch.emu.set_host_fallback(False)
-    try:
+    with _host_fallback_off():
         A, B = _mat(dtype, 2, 5, 3, seed=12), _mat(dtype, 2, 5, 2, seed=13)
         for driver in (None, "gels", "gelsd", "gelss"):
             _check(lambda a, b: torch.linalg.lstsq(a, b, driver=driver), A, B, dtype=dtype)
@@ -198,8 +196,6 @@ def test_lstsq_triangular_cross_trace(dtype, stats):
         _check(torch.linalg.cross, x, y, dtype=dtype)
         _check(lambda a, b: torch.cross(a, b, dim=0), x.mT, y.mT.expand(3, 4), dtype=dtype)
         _check(torch.trace, x, dtype=dtype)
-    finally:
-        torch.emu.set_host_fallback(True)
     _ran_natively(stats, "linalg_lstsq.out", "linalg_solve_triangular.out", "triangular_solve.X")
     stats.no_fallback()
 
