@@ -31,7 +31,9 @@ def _scalar_tensor(value, device: int) -> torch.Tensor:
     return torch.full((), value, dtype=dtype, device=_emu(device))
 
 
-def _searchsorted(seq, values, out_int32, right, side, sorter, out=None, scalar=None, name="aten::searchsorted"):
+@OVERLOADS.implements("searchsorted.Tensor", "searchsorted.Tensor_out")
+def _searchsorted(seq, values, out_int32=False, right=False, side=None, sorter=None, out=None, scalar=None,
+                  name="aten::searchsorted"):
     tensors = [t for t in (seq, values, sorter, out) if isinstance(t, torch.Tensor)]
     device = common_device(name, *tensors)
     if side is not None:
@@ -97,16 +99,6 @@ def _searchsorted(seq, values, out_int32, right, side, sorter, out=None, scalar=
     return out
 
 
-@OVERLOADS.implements("searchsorted.Tensor")
-def searchsorted_tensor(seq, x, *, out_int32=False, right=False, side=None, sorter=None):
-    return _searchsorted(seq, x, out_int32, right, side, sorter)
-
-
-@OVERLOADS.implements("searchsorted.Tensor_out")
-def searchsorted_tensor_out(seq, x, *, out_int32=False, right=False, side=None, sorter=None, out):
-    return _searchsorted(seq, x, out_int32, right, side, sorter, out)
-
-
 @OVERLOADS.implements("searchsorted.Scalar")
 def searchsorted_scalar(seq, x, *, out_int32=False, right=False, side=None, sorter=None):
     return _searchsorted(seq, None, out_int32, right, side, sorter, scalar=x)
@@ -117,20 +109,11 @@ def searchsorted_scalar_out(seq, x, *, out_int32=False, right=False, side=None, 
     return _searchsorted(seq, None, out_int32, right, side, sorter, out, scalar=x)
 
 
-def _bucketize(x, boundaries, out_int32, right, out=None, scalar=None):
+@OVERLOADS.implements("bucketize.Tensor", "bucketize.Tensor_out")
+def _bucketize(x, boundaries, out_int32=False, right=False, out=None, scalar=None):
     if boundaries.dim() != 1:
         raise RuntimeError(f"boundaries tensor must be 1 dimension, but got dim({boundaries.dim()})")
     return _searchsorted(boundaries, x, out_int32, right, None, None, out, scalar, name="aten::bucketize")
-
-
-@OVERLOADS.implements("bucketize.Tensor")
-def bucketize_tensor(x, boundaries, *, out_int32=False, right=False):
-    return _bucketize(x, boundaries, out_int32, right)
-
-
-@OVERLOADS.implements("bucketize.Tensor_out")
-def bucketize_tensor_out(x, boundaries, *, out_int32=False, right=False, out):
-    return _bucketize(x, boundaries, out_int32, right, out)
 
 
 @OVERLOADS.implements("bucketize.Scalar")
@@ -318,7 +301,8 @@ def histogram_bin_ct_out(x, bins=100, *, range=None, weight=None, density=False,
     return _histogram_1d(x, bins, range, weight, density, hist, bin_edges)
 
 
-def _histogram_tensor(x, bins, weight, density, hist=None, bin_edges=None):
+@OVERLOADS.implements("histogram.bins_tensor", "histogram.bins_tensor_out")
+def _histogram_tensor(x, bins, weight=None, density=False, hist=None, bin_edges=None):
     name = "aten::histogram"
     common_device(name, x, bins)
     _check_supported(name, x.dtype)
@@ -338,17 +322,8 @@ def _histogram_tensor(x, bins, weight, density, hist=None, bin_edges=None):
     return hist, bin_edges
 
 
-@OVERLOADS.implements("histogram.bins_tensor")
-def histogram_bins_tensor(x, bins, *, weight=None, density=False):
-    return _histogram_tensor(x, bins, weight, density)
-
-
-@OVERLOADS.implements("histogram.bins_tensor_out")
-def histogram_bins_tensor_out(x, bins, *, weight=None, density=False, hist, bin_edges):
-    return _histogram_tensor(x, bins, weight, density, hist, bin_edges)
-
-
-def _histc(x, bins, lo, hi, out=None):
+@OVERLOADS.implements("histc", "histc.out")
+def _histc(x, bins=100, lo=0, hi=0, out=None):
     name = "aten::histc"
     device = common_device(name, x)
     _check_supported(name, x.dtype)
@@ -416,13 +391,3 @@ def _histc_integer(x, bins, lo, hi, out, device):
     counts.index_add_(0, index, torch.ones_like(index))
     out.copy_(counts[:bins])
     return out
-
-
-@OVERLOADS.implements("histc")
-def histc(x, bins=100, min=0, max=0):
-    return _histc(x, bins, min, max)
-
-
-@OVERLOADS.implements("histc.out")
-def histc_out(x, bins=100, min=0, max=0, *, out):
-    return _histc(x, bins, min, max, out)

@@ -556,6 +556,7 @@ def _col7(col: torch.Tensor, n: int, channels: int, kernel, grid):
     return _ref(col, n * col.stride(0), shape, strides)
 
 
+@OVERLOADS.implements("im2col", "im2col.out")
 def _im2col_op(x, kernel_size, dilation, padding, stride, out=None):
     name = "aten::im2col"
     device = common_device(name, x)
@@ -581,16 +582,7 @@ def _im2col_op(x, kernel_size, dilation, padding, stride, out=None):
     return out
 
 
-@OVERLOADS.implements("im2col")
-def im2col(self, kernel_size, dilation, padding, stride):
-    return _im2col_op(self, kernel_size, dilation, padding, stride)
-
-
-@OVERLOADS.implements("im2col.out")
-def im2col_out(self, kernel_size, dilation, padding, stride, *, out):
-    return _im2col_op(self, kernel_size, dilation, padding, stride, out)
-
-
+@OVERLOADS.implements("col2im", "col2im.out")
 def _col2im_op(col, output_size, kernel_size, dilation, padding, stride, out=None):
     name = "aten::col2im"
     device = common_device(name, col)
@@ -621,16 +613,6 @@ def _col2im_op(col, output_size, kernel_size, dilation, padding, stride, out=Non
         rt().launch("col2im", (_sample_ref(o4, n), _col7(c3, n, C, kernel, grid), None) + params,
                     current_stream(device))
     return out
-
-
-@OVERLOADS.implements("col2im")
-def col2im(self, output_size, kernel_size, dilation, padding, stride):
-    return _col2im_op(self, output_size, kernel_size, dilation, padding, stride)
-
-
-@OVERLOADS.implements("col2im.out")
-def col2im_out(self, output_size, kernel_size, dilation, padding, stride, *, out):
-    return _col2im_op(self, output_size, kernel_size, dilation, padding, stride, out)
 
 
 # -- channel_shuffle: a composite of device views and one device copy

@@ -164,6 +164,7 @@ def _transform(op: str, kind: int, self, device: int, shape, result_dtype, dims,
     return compute(None) if out is None else _into_out(op, out, shape, result_dtype, compute)
 
 
+@OVERLOADS.implements("_fft_c2c", "_fft_c2c.out")
 def _c2c(self, dim, normalization, forward, out=None):
     op = "aten::_fft_c2c"
     device, dims = _checked_input(op, self, dim, complex_input=True)
@@ -172,6 +173,7 @@ def _c2c(self, dim, normalization, forward, out=None):
     return _transform(op, C2C, self, device, shape, self.dtype, dims, forward, scale, out)
 
 
+@OVERLOADS.implements("_fft_r2c", "_fft_r2c.out")
 def _r2c(self, dim, normalization, onesided, out=None):
     op = "aten::_fft_r2c"
     device, dims = _checked_input(op, self, dim, complex_input=False)
@@ -190,6 +192,7 @@ def _r2c(self, dim, normalization, onesided, out=None):
     return _transform(op, R2C, self, device, shape, result_dtype, dims, True, scale, out)
 
 
+@OVERLOADS.implements("_fft_c2r", "_fft_c2r.out")
 def _c2r(self, dim, normalization, last_dim_size, out=None):
     op = "aten::_fft_c2r"
     device, dims = _checked_input(op, self, dim, complex_input=True)
@@ -208,36 +211,6 @@ def _c2r(self, dim, normalization, last_dim_size, out=None):
     result_dtype = _REAL_OF[self.dtype]
     scale = _scale(op, normalization, math.prod(shape[d] for d in dims))
     return _transform(op, C2R, self, device, shape, result_dtype, dims, False, scale, out)
-
-
-@OVERLOADS.implements("_fft_c2c")
-def fft_c2c(self, dim, normalization, forward):
-    return _c2c(self, dim, normalization, forward)
-
-
-@OVERLOADS.implements("_fft_c2c.out")
-def fft_c2c_out(self, dim, normalization, forward, *, out):
-    return _c2c(self, dim, normalization, forward, out)
-
-
-@OVERLOADS.implements("_fft_r2c")
-def fft_r2c(self, dim, normalization, onesided):
-    return _r2c(self, dim, normalization, onesided)
-
-
-@OVERLOADS.implements("_fft_r2c.out")
-def fft_r2c_out(self, dim, normalization, onesided, *, out):
-    return _r2c(self, dim, normalization, onesided, out)
-
-
-@OVERLOADS.implements("_fft_c2r")
-def fft_c2r(self, dim, normalization, last_dim_size):
-    return _c2r(self, dim, normalization, last_dim_size)
-
-
-@OVERLOADS.implements("_fft_c2r.out")
-def fft_c2r_out(self, dim, normalization, last_dim_size, *, out):
-    return _c2r(self, dim, normalization, last_dim_size, out)
 
 
 # -- complex construction ------------------------------------------------------

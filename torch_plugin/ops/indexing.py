@@ -42,6 +42,7 @@ OVERLOADS = Overloads(__name__)
 # ---------------------------------------------------------------------------------------------
 # index_select, gather, index.Tensor
 
+@OVERLOADS.implements("index_select", "index_select.out")
 def _index_select(x, dim, index, out=None):
     name = "index_select()"
     device = common_device("aten::index_select", x, index, *([out] if out is not None else []))
@@ -69,16 +70,6 @@ def _index_select(x, dim, index, out=None):
     _launch("index_gather", (device_ref(out, *_shape1(out)), _ref1(x), False, _OUT_OF_RANGE, 1, *iter_strides,
                              idx_ref, d), device)
     return out
-
-
-@OVERLOADS.implements("index_select")
-def index_select(self, dim, index):
-    return _index_select(self, dim, index)
-
-
-@OVERLOADS.implements("index_select.out")
-def index_select_out(self, dim, index, *, out):
-    return _index_select(self, dim, index, out)
 
 
 def _check_gather_shapes(name: str, x, dim: int, index, src=None) -> None:
@@ -536,6 +527,7 @@ def index_copy_out(self, dim, index, source, *, out):
     return _index_accumulate("index_copy", self, dim, index, source, out=out)
 
 
+@OVERLOADS.implements("index_fill_.int_Scalar", "index_fill_.int_Tensor")
 def _index_fill_(self, dim, index, value):
     name = "index_fill_"
     device = common_device(f"aten::{name}", self, index, *([value] if isinstance(value, torch.Tensor) else []))
@@ -561,16 +553,6 @@ def _index_fill_(self, dim, index, value):
         value = device_ref(value, shape, (0,) * len(shape))
     _scatter_launch(self, value, iter_strides, [(idx_ref, d)], 0, 1, True, True, _OUT_OF_BOUNDS, device)
     return self
-
-
-@OVERLOADS.implements("index_fill_.int_Scalar")
-def index_fill_int_scalar_(self, dim, index, value):
-    return _index_fill_(self, dim, index, value)
-
-
-@OVERLOADS.implements("index_fill_.int_Tensor")
-def index_fill_int_tensor_(self, dim, index, value):
-    return _index_fill_(self, dim, index, value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -670,6 +652,7 @@ def _flat_table(t: torch.Tensor) -> torch.Tensor:
     return (t if t.is_contiguous() else t.contiguous()).view(-1)
 
 
+@OVERLOADS.implements("take", "take.out")
 def _take(self, index, out=None):
     name = "aten::take"
     device = common_device(name, self, index, *([out] if out is not None else []))
@@ -685,16 +668,6 @@ def _take(self, index, out=None):
     shape, _ = _shape1(index)
     _gather_launch(result, table, (0,) * len(shape), [(_ref1(index), 0)], True, _FLAT_OUT_OF_RANGE, device)
     return result
-
-
-@OVERLOADS.implements("take")
-def take(self, index):
-    return _take(self, index)
-
-
-@OVERLOADS.implements("take.out")
-def take_out(self, index, *, out):
-    return _take(self, index, out)
 
 
 @OVERLOADS.implements("put_")

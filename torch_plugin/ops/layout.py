@@ -39,7 +39,8 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
     return alo < bhi and blo < ahi
 
 
-def _cat(tensors, dim, out=None):
+@OVERLOADS.implements("cat", "cat.out")
+def _cat(tensors, dim=0, out=None):
     name = "torch.cat()"
     tensors = list(tensors)
     if not tensors:
@@ -87,16 +88,6 @@ def _cat(tensors, dim, out=None):
     if out.numel() and kept:
         _launch("cat", (device_ref(out), d, *[device_ref(t) for _, t in kept if t.numel()]), device)
     return out
-
-
-@OVERLOADS.implements("cat")
-def cat(tensors, dim=0):
-    return _cat(tensors, dim)
-
-
-@OVERLOADS.implements("cat.out")
-def cat_out(tensors, dim=0, *, out):
-    return _cat(tensors, dim, out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -65,7 +65,8 @@ def _weight_args(weight, C):
     return device_ref(weight.reshape(C))
 
 
-def _multi_margin_loss(x, target, p, margin, weight, reduction, out=None):
+@OVERLOADS.implements("multi_margin_loss", "multi_margin_loss.out")
+def _multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1, out=None):
     name = "aten::multi_margin_loss"
     device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
     reduction = int(reduction)
@@ -80,17 +81,8 @@ def _multi_margin_loss(x, target, p, margin, weight, reduction, out=None):
     return out
 
 
-@OVERLOADS.implements("multi_margin_loss")
-def multi_margin_loss(self, target, p=1, margin=1, weight=None, reduction=1):
-    return _multi_margin_loss(self, target, p, margin, weight, reduction)
-
-
-@OVERLOADS.implements("multi_margin_loss.out")
-def multi_margin_loss_out(self, target, p=1, margin=1, weight=None, reduction=1, *, out):
-    return _multi_margin_loss(self, target, p, margin, weight, reduction, out)
-
-
-def _multi_margin_loss_backward(grad_output, x, target, p, margin, weight, reduction, grad_input=None):
+@OVERLOADS.implements("multi_margin_loss_backward", "multi_margin_loss_backward.grad_input")
+def _multi_margin_loss_backward(grad_output, x, target, p, margin, weight=None, reduction=1, grad_input=None):
     name = "aten::multi_margin_loss_backward"
     device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
     common_device(name, grad_output, x)
@@ -108,17 +100,6 @@ def _multi_margin_loss_backward(grad_output, x, target, p, margin, weight, reduc
                                                    device_ref(target.reshape(nframe)), _weight_args(weight, C), p,
                                                    float(margin), reduction), current_stream(device))
     return grad_input
-
-
-@OVERLOADS.implements("multi_margin_loss_backward")
-def multi_margin_loss_backward(grad_output, self, target, p, margin, weight=None, reduction=1):
-    return _multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction)
-
-
-@OVERLOADS.implements("multi_margin_loss_backward.grad_input")
-def multi_margin_loss_backward_grad_input(grad_output, self, target, p, margin, weight=None, reduction=1, *,
-                                          grad_input):
-    return _multi_margin_loss_backward(grad_output, self, target, p, margin, weight, reduction, grad_input)
 
 
 def _multilabel_args(name, x, target):
@@ -140,6 +121,7 @@ def _multilabel_args(name, x, target):
     return device, nframe, C
 
 
+@OVERLOADS.implements("multilabel_margin_loss_forward", "multilabel_margin_loss_forward.output")
 def _multilabel_forward(x, target, reduction, output=None, is_target=None):
     name = "aten::multilabel_margin_loss_forward"
     device, nframe, C = _multilabel_args(name, x, target)
@@ -156,16 +138,7 @@ def _multilabel_forward(x, target, reduction, output=None, is_target=None):
     return output, is_target
 
 
-@OVERLOADS.implements("multilabel_margin_loss_forward")
-def multilabel_margin_loss_forward(self, target, reduction):
-    return _multilabel_forward(self, target, reduction)
-
-
-@OVERLOADS.implements("multilabel_margin_loss_forward.output")
-def multilabel_margin_loss_forward_output(self, target, reduction, *, output, is_target):
-    return _multilabel_forward(self, target, reduction, output, is_target)
-
-
+@OVERLOADS.implements("multilabel_margin_loss_backward", "multilabel_margin_loss_backward.grad_input")
 def _multilabel_backward(grad_output, x, target, reduction, is_target, grad_input=None):
     name = "aten::multilabel_margin_loss_backward"
     device, nframe, C = _multilabel_args(name, x, target)
@@ -188,13 +161,3 @@ def _multilabel_backward(grad_output, x, target, reduction, is_target, grad_inpu
                                                         device_ref(is_target.reshape(nframe, C)), reduction),
                     current_stream(device))
     return grad_input
-
-
-@OVERLOADS.implements("multilabel_margin_loss_backward")
-def multilabel_margin_loss_backward(grad_output, self, target, reduction, is_target):
-    return _multilabel_backward(grad_output, self, target, reduction, is_target)
-
-
-@OVERLOADS.implements("multilabel_margin_loss_backward.grad_input")
-def multilabel_margin_loss_backward_grad_input(grad_output, self, target, reduction, is_target, *, grad_input):
-    return _multilabel_backward(grad_output, self, target, reduction, is_target, grad_input)

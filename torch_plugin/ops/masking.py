@@ -37,6 +37,7 @@ def _select_operand(t, shape, device):
     return t
 
 
+@OVERLOADS.implements("where.self", "where.self_out")
 def _where(cond, a, b, out=None):
     name = "aten::where"
     device = common_device(name, cond, a, b, *([out] if out is not None else []))
@@ -60,16 +61,6 @@ def _where(cond, a, b, out=None):
     _launch("where", (device_ref(out), device_ref(cond, shape, broadcast_strides(cond, shape)),
                       _select_operand(a, shape, device), _select_operand(b, shape, device), TO_CODE[dtype]), device)
     return out
-
-
-@OVERLOADS.implements("where.self")
-def where_self(condition, self, other):
-    return _where(condition, self, other)
-
-
-@OVERLOADS.implements("where.self_out")
-def where_self_out(condition, self, other, *, out):
-    return _where(condition, self, other, out)
 
 
 def _masked_fill_(self, mask, value):
@@ -215,6 +206,7 @@ def masked_scatter_(self, mask, source):
 # nonzero_static
 
 
+@OVERLOADS.implements("nonzero_static", "nonzero_static.out")
 def _nonzero_static(self, size, fill_value=-1, out=None):
     name = "aten::nonzero_static"
     device = common_device(name, self, *([out] if out is not None else []))
@@ -234,13 +226,3 @@ def _nonzero_static(self, size, fill_value=-1, out=None):
     if out.numel():
         _launch("nonzero_static", (device_ref(out), device_ref(self), int(size), int(fill_value)), device)
     return out
-
-
-@OVERLOADS.implements("nonzero_static")
-def nonzero_static(self, *, size, fill_value=-1):
-    return _nonzero_static(self, size, fill_value)
-
-
-@OVERLOADS.implements("nonzero_static.out")
-def nonzero_static_out(self, *, size, fill_value=-1, out):
-    return _nonzero_static(self, size, fill_value, out)

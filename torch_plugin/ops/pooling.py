@@ -131,8 +131,8 @@ def _check_grad(name, grad_output, expected_shape, dtype):
         raise RuntimeError(f"{name}: expected grad_output of dtype {dtype}, but got {grad_output.dtype}")
 
 
-def _max_pool2d_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices,
-                         grad_input=None):
+@OVERLOADS.implements("max_pool2d_with_indices_backward", "max_pool2d_with_indices_backward.grad_input")
+def _max_pool2d_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices, grad_input=None):
     name = "aten::max_pool2d_with_indices_backward"
     device = common_device(name, grad_output, x, indices)
     _floating_input(name, x)
@@ -148,19 +148,6 @@ def _max_pool2d_backward(grad_output, x, kernel_size, stride, padding, dilation,
     if grad_input.numel():
         _launch5("pool_index_backward", device, 2, batched, (grad_input, grad_output, indices))
     return grad_input
-
-
-@OVERLOADS.implements("max_pool2d_with_indices_backward")
-def max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
-                                     indices):
-    return _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
-
-
-@OVERLOADS.implements("max_pool2d_with_indices_backward.grad_input")
-def max_pool2d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation,
-                                                ceil_mode, indices, *, grad_input):
-    return _max_pool2d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,
-                                grad_input)
 
 
 def _divisor(divisor_override) -> int:
@@ -204,8 +191,9 @@ def avg_pool2d_out(self, kernel_size, stride=(), padding=0, ceil_mode=False, cou
     return _avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out)
 
 
-def _avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                         divisor_override, grad_input=None):
+@OVERLOADS.implements("avg_pool2d_backward", "avg_pool2d_backward.grad_input")
+def _avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                         grad_input=None):
     name = "aten::avg_pool2d_backward"
     device = common_device(name, grad_output, x)
     _floating_input(name, x)
@@ -218,20 +206,6 @@ def _avg_pool2d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode
         _launch5("avg_pool_backward", device, 2, batched, (grad_input, grad_output),
                  _window5(window) + (bool(count_include_pad), divisor))
     return grad_input
-
-
-@OVERLOADS.implements("avg_pool2d_backward")
-def avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                        divisor_override):
-    return _avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                divisor_override)
-
-
-@OVERLOADS.implements("avg_pool2d_backward.grad_input")
-def avg_pool2d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                   divisor_override, *, grad_input):
-    return _avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                divisor_override, grad_input)
 
 
 def _adaptive_input(name, x, output_size):
@@ -250,6 +224,7 @@ def _adaptive_input(name, x, output_size):
     return (x.unsqueeze(0) if x.dim() == 3 else x), size
 
 
+@OVERLOADS.implements("_adaptive_avg_pool2d", "adaptive_avg_pool2d.out")
 def _adaptive_avg_pool2d(x, output_size, out=None):
     name = "aten::_adaptive_avg_pool2d"
     device = common_device(name, x)
@@ -259,16 +234,6 @@ def _adaptive_avg_pool2d(x, output_size, out=None):
     if out.numel():
         _launch5("adaptive_avg_pool", device, 2, x.dim() == 4, (out, x))
     return out
-
-
-@OVERLOADS.implements("_adaptive_avg_pool2d")
-def adaptive_avg_pool2d(self, output_size):
-    return _adaptive_avg_pool2d(self, output_size)
-
-
-@OVERLOADS.implements("adaptive_avg_pool2d.out")
-def adaptive_avg_pool2d_out(self, output_size, *, out):
-    return _adaptive_avg_pool2d(self, output_size, out)
 
 
 @OVERLOADS.implements("_adaptive_avg_pool2d_backward")
@@ -378,25 +343,12 @@ def _index_backward(name, grad_output, x, indices, expected, k, grad_input):
     return grad_input
 
 
-def _max_pool3d_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices,
-                         grad_input=None):
+@OVERLOADS.implements("max_pool3d_with_indices_backward", "max_pool3d_with_indices_backward.grad_input")
+def _max_pool3d_backward(grad_output, x, kernel_size, stride, padding, dilation, ceil_mode, indices, grad_input=None):
     name = "aten::max_pool3d_with_indices_backward"
     _pool_input_k(name, x, 3)
     *_, osz = _window_k(name, x, 3, kernel_size, stride, padding, dilation, ceil_mode)
     return _index_backward(name, grad_output, x, indices, tuple(x.shape[:-3]) + osz, 3, grad_input)
-
-
-@OVERLOADS.implements("max_pool3d_with_indices_backward")
-def max_pool3d_with_indices_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode,
-                                     indices):
-    return _max_pool3d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices)
-
-
-@OVERLOADS.implements("max_pool3d_with_indices_backward.grad_input")
-def max_pool3d_with_indices_backward_grad_input(grad_output, self, kernel_size, stride, padding, dilation,
-                                                ceil_mode, indices, *, grad_input):
-    return _max_pool3d_backward(grad_output, self, kernel_size, stride, padding, dilation, ceil_mode, indices,
-                                grad_input)
 
 
 # -- adaptive max pooling (2-d and 3-d; 1-d reaches 2-d)
@@ -588,8 +540,9 @@ def avg_pool3d_out(self, kernel_size, stride=(), padding=0, ceil_mode=False, cou
     return _avg_pool3d(self, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, out)
 
 
-def _avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                         divisor_override, grad_input=None):
+@OVERLOADS.implements("avg_pool3d_backward", "avg_pool3d_backward.grad_input")
+def _avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override,
+                         grad_input=None):
     name = "aten::avg_pool3d_backward"
     device = common_device(name, grad_output, x)
     batched, osz, window = _avg3_args(name, x, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -601,22 +554,9 @@ def _avg_pool3d_backward(grad_output, x, kernel_size, stride, padding, ceil_mode
     return grad_input
 
 
-@OVERLOADS.implements("avg_pool3d_backward")
-def avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                        divisor_override):
-    return _avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                divisor_override)
-
-
-@OVERLOADS.implements("avg_pool3d_backward.grad_input")
-def avg_pool3d_backward_grad_input(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                   divisor_override, *, grad_input):
-    return _avg_pool3d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode, count_include_pad,
-                                divisor_override, grad_input)
-
-
 # -- adaptive_avg_pool3d
 
+@OVERLOADS.implements("_adaptive_avg_pool3d", "adaptive_avg_pool3d.out")
 def _adaptive_avg_pool3d(x, output_size, out=None):
     name = "aten::_adaptive_avg_pool3d"
     device = common_device(name, x)
@@ -636,16 +576,6 @@ def _adaptive_avg_pool3d(x, output_size, out=None):
     if out.numel():
         _launch5("adaptive_avg_pool", device, 3, x.dim() == 5, (out, x))
     return out
-
-
-@OVERLOADS.implements("_adaptive_avg_pool3d")
-def adaptive_avg_pool3d(self, output_size):
-    return _adaptive_avg_pool3d(self, output_size)
-
-
-@OVERLOADS.implements("adaptive_avg_pool3d.out")
-def adaptive_avg_pool3d_out(self, output_size, *, out):
-    return _adaptive_avg_pool3d(self, output_size, out)
 
 
 @OVERLOADS.implements("_adaptive_avg_pool3d_backward")

@@ -422,7 +422,8 @@ def _check_multinomial(probs, n_sample, replacement) -> None:
             raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
 
 
-def _multinomial(probs, n_sample, replacement, generator, out=None):
+@OVERLOADS.implements("multinomial", "multinomial.out")
+def _multinomial(probs, n_sample, replacement=False, generator=None, out=None):
     from torch_plugin.ops._common import resize_out
     _check_multinomial(probs, n_sample, replacement)
     shape = (*probs.shape[:-1], n_sample)
@@ -452,16 +453,6 @@ def _multinomial(probs, n_sample, replacement, generator, out=None):
     rt().launch("multinomial", (device_ref(result), device_ref(rows), seed, offset),
                 current_stream(probs.device.index))
     return out
-
-
-@OVERLOADS.implements("multinomial")
-def multinomial(self, num_samples, replacement=False, *, generator=None):
-    return _multinomial(self, num_samples, replacement, generator)
-
-
-@OVERLOADS.implements("multinomial.out")
-def multinomial_out(self, num_samples, replacement=False, *, generator=None, out):
-    return _multinomial(self, num_samples, replacement, generator, out)
 
 
 @OVERLOADS.implements("native_dropout")

@@ -50,7 +50,8 @@ def _reduced_dims(op: str, ndim: int, dim) -> tuple:
     return tuple(d for d in seen if d < ndim)  # a 0-dim tensor reduces over nothing
 
 
-def _sum(x, dim, keepdim, dtype, out=None):
+@OVERLOADS.implements("sum.dim_IntList", "sum.IntList_out")
+def _sum(x, dim=None, keepdim=False, dtype=None, out=None):
     name = "aten::sum"
     device = common_device(name, x)
     if x.dtype not in SUPPORTED:
@@ -85,16 +86,6 @@ def _sum(x, dim, keepdim, dtype, out=None):
     rt().launch("sum", (device_ref(out, keep_shape, out_strides), device_ref(x), dim_mask, TO_CODE[dtype]),
                 current_stream(device))
     return out
-
-
-@OVERLOADS.implements("sum.dim_IntList")
-def sum_dim(x, dim=None, keepdim=False, *, dtype=None):
-    return _sum(x, dim, keepdim, dtype)
-
-
-@OVERLOADS.implements("sum.IntList_out")
-def sum_out(x, dim=None, keepdim=False, *, dtype=None, out):
-    return _sum(x, dim, keepdim, dtype, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,7 +179,8 @@ def _check_nonempty(opname: str, x, dims, all_dims: bool, index_error_for_all=Fa
 
 
 # ----------------------------------------------------------------------------------------- mean
-def _mean(x, dim, keepdim, dtype, out=None):
+@OVERLOADS.implements("mean.dim", "mean.out")
+def _mean(x, dim=None, keepdim=False, dtype=None, out=None):
     name = "aten::mean"
     common_device(name, x)
     _check_supported(name, x.dtype)
@@ -211,16 +203,6 @@ def _mean(x, dim, keepdim, dtype, out=None):
     out = _output(name, x, shape, result_dtype, out)
     _launch_reduce("mean", x, dims, keepdim, out, result_dtype)
     return out
-
-
-@OVERLOADS.implements("mean.dim")
-def mean_dim(x, dim=None, keepdim=False, *, dtype=None):
-    return _mean(x, dim, keepdim, dtype)
-
-
-@OVERLOADS.implements("mean.out")
-def mean_out(x, dim=None, keepdim=False, *, dtype=None, out):
-    return _mean(x, dim, keepdim, dtype, out)
 
 
 # ----------------------------------------------------------------------------------------- prod
@@ -496,7 +478,8 @@ def _format_ord(p: float) -> str:
     return f"{p:g}"
 
 
-def _vector_norm(x, ord, dim, keepdim, dtype, out=None, api="linalg.vector_norm"):
+@OVERLOADS.implements("linalg_vector_norm", "linalg_vector_norm.out")
+def _vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None, out=None, api="linalg.vector_norm"):
     name = "aten::linalg_vector_norm" if api == "linalg.vector_norm" else "aten::norm"
     common_device(name, x)
     _check_supported(name, x.dtype)
@@ -535,16 +518,6 @@ def _vector_norm(x, ord, dim, keepdim, dtype, out=None, api="linalg.vector_norm"
     out = _output(name, x, shape, result_dtype, out)
     _launch_reduce("norm", x, dims, keepdim, out, result_dtype, param=p)
     return out
-
-
-@OVERLOADS.implements("linalg_vector_norm")
-def linalg_vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    return _vector_norm(x, ord, dim, keepdim, dtype)
-
-
-@OVERLOADS.implements("linalg_vector_norm.out")
-def linalg_vector_norm_out(x, ord=2, dim=None, keepdim=False, *, dtype=None, out):
-    return _vector_norm(x, ord, dim, keepdim, dtype, out)
 
 
 def _norm_p(p):
@@ -633,7 +606,8 @@ OVERLOADS.update({
 
 
 # ------------------------------------------------------------------------------------ logsumexp
-def _logsumexp(x, dim, keepdim, out=None):
+@OVERLOADS.implements("logsumexp", "logsumexp.out")
+def _logsumexp(x, dim, keepdim=False, out=None):
     name = "aten::logsumexp"
     common_device(name, x)
     _check_supported(name, x.dtype)
@@ -658,13 +632,3 @@ def _logsumexp(x, dim, keepdim, out=None):
     # the two is closest (a float64 out of a float32 input differs from CPU by ~1e-8, relative).
     _launch_reduce("logsumexp", x, dims, keepdim, out, torch.promote_types(in_dtype, result_dtype))
     return out
-
-
-@OVERLOADS.implements("logsumexp")
-def logsumexp(x, dim, keepdim=False):
-    return _logsumexp(x, dim, keepdim)
-
-
-@OVERLOADS.implements("logsumexp.out")
-def logsumexp_out(x, dim, keepdim=False, *, out):
-    return _logsumexp(x, dim, keepdim, out)

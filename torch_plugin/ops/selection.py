@@ -122,24 +122,16 @@ def nanmedian_dim_values(x, dim, keepdim=False, *, values, indices):
     return _median_dim("nanmedian", x, dim, keepdim, values, indices)
 
 
-def _mode(x, dim, keepdim, values=None, indices=None):
+@OVERLOADS.implements("mode", "mode.values")
+def _mode(x, dim=-1, keepdim=False, values=None, indices=None):
     common_device("aten::mode", x)
     _check_supported("aten::mode", x.dtype)
     dims = _dim_checked("mode", x, dim)
     return _order_stat("mode", x, dims, keepdim, values=values, indices=indices)
 
 
-@OVERLOADS.implements("mode")
-def mode(x, dim=-1, keepdim=False):
-    return _mode(x, dim, keepdim)
-
-
-@OVERLOADS.implements("mode.values")
-def mode_values(x, dim=-1, keepdim=False, *, values, indices):
-    return _mode(x, dim, keepdim, values, indices)
-
-
-def _kthvalue(x, k, dim, keepdim, values=None, indices=None):
+@OVERLOADS.implements("kthvalue", "kthvalue.values")
+def _kthvalue(x, k, dim=-1, keepdim=False, values=None, indices=None):
     common_device("aten::kthvalue", x)
     _check_supported("aten::kthvalue", x.dtype)
     if x.dtype == torch.bool:
@@ -149,16 +141,6 @@ def _kthvalue(x, k, dim, keepdim, values=None, indices=None):
     if not 1 <= k <= size:
         raise RuntimeError(f"kthvalue(): selected number k out of range for dimension {d}")
     return _order_stat("kthvalue", x, (d,) if x.dim() else (), keepdim, k, values, indices)
-
-
-@OVERLOADS.implements("kthvalue")
-def kthvalue(x, k, dim=-1, keepdim=False):
-    return _kthvalue(x, k, dim, keepdim)
-
-
-@OVERLOADS.implements("kthvalue.values")
-def kthvalue_values(x, k, dim=-1, keepdim=False, *, values, indices):
-    return _kthvalue(x, k, dim, keepdim, values, indices)
 
 
 # ----------------------------------------------------------------------------------- cum ops
@@ -196,6 +178,7 @@ def cummin_helper(x, values, indices, dim):
     _cum_helper("cummin", x, values, indices, dim)
 
 
+@OVERLOADS.implements("_logcumsumexp", "_logcumsumexp.out")
 def _logcumsumexp(x, dim, out=None):
     name = "aten::_logcumsumexp"
     common_device(name, x)
@@ -212,16 +195,6 @@ def _logcumsumexp(x, dim, out=None):
         _, (o, s) = _line_refs(x, out, x)
         _launch("cum_select", ("logcumsumexp", o, None, s, d), x.get_device())
     return out
-
-
-@OVERLOADS.implements("_logcumsumexp")
-def logcumsumexp(x, dim):
-    return _logcumsumexp(x, dim)
-
-
-@OVERLOADS.implements("_logcumsumexp.out")
-def logcumsumexp_out(x, dim, *, out):
-    return _logcumsumexp(x, dim, out)
 
 
 # ------------------------------------------------------------------------------------ aminmax

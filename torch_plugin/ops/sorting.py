@@ -102,6 +102,8 @@ def topk_values(self, k, dim=-1, largest=True, sorted=True, *, values, indices):
 # isin: the test elements sorted once, a binary search per element
 
 
+@OVERLOADS.implements("isin.Tensor_Tensor", "isin.Tensor_Tensor_out", "isin.Tensor_Scalar", "isin.Tensor_Scalar_out",
+                       "isin.Scalar_Tensor", "isin.Scalar_Tensor_out")
 def _isin(elements, test_elements, assume_unique=False, invert=False, out=None):
     name = "aten::isin"
     tensors = [t for t in (elements, test_elements, out) if isinstance(t, torch.Tensor)]
@@ -137,36 +139,6 @@ def _isin(elements, test_elements, assume_unique=False, invert=False, out=None):
     _launch("isin", (device_ref(result, eshape, _shape1(result)[1]), device_ref(elements, eshape, estrides),
                      device_ref(test_elements, tshape, tstrides), TO_CODE[compute], bool(invert)), device)
     return result
-
-
-@OVERLOADS.implements("isin.Tensor_Tensor")
-def isin_tensor_tensor(elements, test_elements, *, assume_unique=False, invert=False):
-    return _isin(elements, test_elements, assume_unique, invert)
-
-
-@OVERLOADS.implements("isin.Tensor_Tensor_out")
-def isin_tensor_tensor_out(elements, test_elements, *, assume_unique=False, invert=False, out):
-    return _isin(elements, test_elements, assume_unique, invert, out)
-
-
-@OVERLOADS.implements("isin.Tensor_Scalar")
-def isin_tensor_scalar(elements, test_element, *, assume_unique=False, invert=False):
-    return _isin(elements, test_element, assume_unique, invert)
-
-
-@OVERLOADS.implements("isin.Tensor_Scalar_out")
-def isin_tensor_scalar_out(elements, test_element, *, assume_unique=False, invert=False, out):
-    return _isin(elements, test_element, assume_unique, invert, out)
-
-
-@OVERLOADS.implements("isin.Scalar_Tensor")
-def isin_scalar_tensor(element, test_elements, *, assume_unique=False, invert=False):
-    return _isin(element, test_elements, assume_unique, invert)
-
-
-@OVERLOADS.implements("isin.Scalar_Tensor_out")
-def isin_scalar_tensor_out(element, test_elements, *, assume_unique=False, invert=False, out):
-    return _isin(element, test_elements, assume_unique, invert, out)
 
 
 # ---------------------------------------------------------------------------------------------
