@@ -1,4 +1,5 @@
 """Helpers shared by the torch_plugin tests: dtypes, deterministic inputs, tolerances."""
+import io
 import warnings
 
 import pytest
@@ -20,6 +21,15 @@ def make(dtype, shape, seed=0):
         return torch.randint(0, 256, shape, generator=g, dtype=dtype)
     info = torch.iinfo(dtype)
     return torch.randint(max(info.min, -1000), min(info.max, 1000), shape, generator=g, dtype=dtype)
+
+
+def saved_and_loaded(obj, map_location=None, **save_kwargs):
+    """obj through torch.save into memory (save_kwargs: torch.save's options) and back through
+    torch.load(map_location=map_location)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer, **save_kwargs)
+    buffer.seek(0)
+    return torch.load(buffer, map_location=map_location)
 
 
 def same(got, expected, **tol):

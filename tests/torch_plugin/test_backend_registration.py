@@ -4,12 +4,12 @@ metadata (c10::BackendMeta: torch.emu.set_backend_meta / get_backend_meta), whic
 torch.save/torch.load and shallow copies (torch_plugin/csrc/capability.cpp, backend_meta.cpp;
 docs/runtime.md)."""
 import copy
-import io
 
 import pytest
 import torch
 
 from torch_plugin import _dtypes
+from plugin_testing import saved_and_loaded
 
 STORABLE = {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
             torch.bfloat16, torch.float32, torch.float64, torch.uint16, torch.uint32, torch.uint64,
@@ -73,10 +73,7 @@ def test_backend_meta_is_in_the_tensor_metadata_torch_serializes():
 @pytest.mark.parametrize("location", [None, "emu", "emu:1"])
 def test_backend_meta_survives_save_and_load(zipfile, location):
     t = tagged()
-    buffer = io.BytesIO()
-    torch.save({"t": t, "view": t[1:]}, buffer, _use_new_zipfile_serialization=zipfile)
-    buffer.seek(0)
-    loaded = torch.load(buffer, map_location=location)
+    loaded = saved_and_loaded({"t": t, "view": t[1:]}, location, _use_new_zipfile_serialization=zipfile)
     assert loaded["t"].device == (torch.device("emu:1") if location == "emu:1" else torch.device("emu:0"))
     assert torch.emu.get_backend_meta(loaded["t"]) == TAGS
     assert torch.emu.get_backend_meta(loaded["view"]) == {}  # the view had none of its own
@@ -84,10 +81,7 @@ def test_backend_meta_survives_save_and_load(zipfile, location):
 
 
 def test_loading_onto_the_cpu_drops_emu_backend_meta():
-    buffer = io.BytesIO()
-    torch.save(tagged(), buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, map_location="cpu")
+    loaded = saved_and_loaded(tagged(), "cpu")
     assert loaded.device.type == "cpu"
     assert torch._utils.get_tensor_metadata(loaded) == {}
     torch.testing.assert_close(loaded, torch.tensor([1.0, 2.0, 3.0]), rtol=0, atol=0)

@@ -5,7 +5,6 @@ generators (ops/random.py): moments and reproducibility, not CPU's bits (the str
 """
 from __future__ import annotations
 
-import io
 import math
 import warnings
 
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 import torch_plugin  # noqa: F401
+from plugin_testing import saved_and_loaded
 
 EMU = "emu"
 CHALF = torch.complex32
@@ -131,10 +131,7 @@ def test_save_and_load(map_location):
     x = sample()
     saved = {"t": x.to(EMU)}
     saved["view"] = saved["t"][1::3]
-    buffer = io.BytesIO()
-    torch.save(saved, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, map_location=map_location)
+    loaded = saved_and_loaded(saved, map_location)
     want = "cpu" if map_location == "cpu" else "emu"
     assert loaded["t"].device.type == want and loaded["t"].dtype == CHALF
     assert_bits_equal(loaded["t"], x, "load")
@@ -146,10 +143,7 @@ def test_save_and_load(map_location):
 
 def test_cpu_checkpoint_onto_emu():
     x = sample()
-    buffer = io.BytesIO()
-    torch.save(x, buffer)
-    buffer.seek(0)
-    t = torch.load(buffer, map_location="emu")
+    t = saved_and_loaded(x, "emu")
     assert t.device.type == "emu"
     assert_bits_equal(t, x, "cpu checkpoint onto emu")
 

@@ -7,7 +7,6 @@ these dtypes by name. Conversions compare bit patterns (NaN payloads and -0.0 in
 """
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import warnings
@@ -20,6 +19,7 @@ import torch_plugin
 from emulator.errors import KernelArgumentError
 from torch_plugin._dtypes import STORABLE, SUPPORTED
 from torch_plugin.errors import HostFallbackError
+from plugin_testing import saved_and_loaded
 
 EMU = "emu"
 NEW = [torch.uint16, torch.uint32, torch.uint64, torch.complex64, torch.complex128]
@@ -392,10 +392,7 @@ def test_save_and_load(map_location):
     values = {d: sample(d, extreme=True) for d in NEW}
     saved = {str(d): v.to(EMU) for d, v in values.items()}
     saved["view"] = saved["torch.complex64"][1::3]
-    buffer = io.BytesIO()
-    torch.save(saved, buffer)
-    buffer.seek(0)
-    loaded = torch.load(buffer, map_location=map_location)
+    loaded = saved_and_loaded(saved, map_location)
     want = "cpu" if map_location == "cpu" else "emu"
     for d, v in values.items():
         t = loaded[str(d)]
@@ -406,9 +403,6 @@ def test_save_and_load(map_location):
     assert view.untyped_storage().data_ptr() == loaded["torch.complex64"].untyped_storage().data_ptr()
     assert_bits_equal(view, values[torch.complex64][1::3], "view")
     # A CPU checkpoint loaded onto emu.
-    buffer = io.BytesIO()
-    torch.save(values[torch.uint64], buffer)
-    buffer.seek(0)
-    t = torch.load(buffer, map_location="emu")
+    t = saved_and_loaded(values[torch.uint64], "emu")
     assert t.device.type == "emu"
     assert_bits_equal(t, values[torch.uint64], "cpu checkpoint onto emu")

@@ -2,7 +2,6 @@
 matrix, norm, softmax, conv and loss kernels; activation checkpointing with the device RNG
 state restored; state_dict round trips between emu and CPU. Every check runs with the host
 fallback forbidden, so the gradients come from device kernels."""
-import io
 
 import pytest
 import torch
@@ -11,6 +10,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 import torch_plugin  # noqa: F401
+from plugin_testing import saved_and_loaded
 
 EMU = "emu"
 
@@ -91,10 +91,7 @@ def test_state_dict_round_trip_emu_cpu_emu():
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).to(EMU)
     model.train()
     model(torch.randn(5, 4).to(EMU)).sum().backward()          # moves the BatchNorm statistics
-    buffer = io.BytesIO()
-    torch.save(model.state_dict(), buffer)
-    buffer.seek(0)
-    on_cpu = torch.load(buffer, map_location="cpu")
+    on_cpu = saved_and_loaded(model.state_dict(), "cpu")
     cpu_model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
     cpu_model.load_state_dict(on_cpu)
     back = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2)).to(EMU)
