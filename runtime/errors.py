@@ -100,12 +100,16 @@ class CommandRejectedError(EmuError):
     scope = Scope.OPERATION
 
 
-class DeviceFaultError(EmuError):
-    """A fault the device reported while executing queued work (sticky for its context)."""
-    scope = Scope.CONTEXT
+class _ReportedFault(EmuError):
+    """A hardware fault the device reported: raised with the code of the fault (its class's scope)."""
 
     def __init__(self, message: str, code: ErrorCode):
         super().__init__(message, code=code)
+
+
+class DeviceFaultError(_ReportedFault):
+    """A fault the device reported while executing queued work (sticky for its context)."""
+    scope = Scope.CONTEXT
 
 
 class StreamError(EmuError):
@@ -127,22 +131,16 @@ class EmulatorBugError(EmuError):
             self.args = (f"{self.args[0]}\nOriginal traceback (please report it):\n{traceback.rstrip()}",)
 
 
-class DeviceNeedsResetError(EmuError):
+class DeviceNeedsResetError(_ReportedFault):
     """A device-scope fault: every call on the device fails until ``reset_device``."""
     scope = Scope.DEVICE
     code = ErrorCode.DEVICE_NEEDS_RESET
 
-    def __init__(self, message: str, code: ErrorCode):
-        super().__init__(message, code=code)
 
-
-class StreamFaultError(EmuError):
+class StreamFaultError(_ReportedFault):
     """A stream-scope hardware fault: the stream's queued work was aborted; other streams go on."""
     scope = Scope.STREAM
     code = ErrorCode.DMA_ERROR
-
-    def __init__(self, message: str, code: ErrorCode):
-        super().__init__(message, code=code)
 
 
 class ProjectionModeError(EmuError):
