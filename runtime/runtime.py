@@ -761,9 +761,7 @@ class Runtime:
                 seq = self.driver.submit_program(stream.queue, image, bases)
             except DriverError as err:
                 raise translate_driver_error(err) from err
-            stream.dirty = True
-            if self.launch_blocking:
-                self.stream_synchronize(stream)
+            self._after_submit(stream, False)
             return seq
 
 
