@@ -218,24 +218,26 @@ def memory_stats(device=None) -> dict:
     return {} if allocator is None else allocator.stats()
 
 
-def memory_allocated(device=None) -> int:
+def _allocator_bytes(device, counter: str) -> int:
+    """The allocator's ``counter`` (bytes) on the device; 0 while it has no context."""
     allocator = _allocator(device)
-    return 0 if allocator is None else allocator.allocated
+    return 0 if allocator is None else getattr(allocator, counter)
+
+
+def memory_allocated(device=None) -> int:
+    return _allocator_bytes(device, "allocated")
 
 
 def max_memory_allocated(device=None) -> int:
-    allocator = _allocator(device)
-    return 0 if allocator is None else allocator.peak_allocated
+    return _allocator_bytes(device, "peak_allocated")
 
 
 def memory_reserved(device=None) -> int:
-    allocator = _allocator(device)
-    return 0 if allocator is None else allocator.reserved
+    return _allocator_bytes(device, "reserved")
 
 
 def max_memory_reserved(device=None) -> int:
-    allocator = _allocator(device)
-    return 0 if allocator is None else allocator.peak_reserved
+    return _allocator_bytes(device, "peak_reserved")
 
 
 def reset_peak_memory_stats(device=None) -> None:
