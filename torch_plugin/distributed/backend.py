@@ -574,17 +574,23 @@ class EmuProcessGroup(dist.ProcessGroup):
                                 [] if root else list(zip(tensors, host)), _nbytes(tensors), tensors)
 
     # -- gathers and scatters ----------------------------------------------------
-    def allgather(self, output_tensors, input_tensors, opts):
+    def _gather_into_lists(self, kind, gloo_op, output_tensors, input_tensors, opts, nbytes):
+        """all_gather or gather into lists of output tensors (one list per input), on the host
+        through gloo_op (gloo's allgather or gather); nbytes(the outputs, flattened): what the
+        collective moves, for the model."""
         flat_out = [t for ts in output_tensors for t in ts]
         if not _is_emu(input_tensors + flat_out):
-            return self._gloo.allgather(output_tensors, input_tensors, opts)
+            return gloo_op(output_tensors, input_tensors, opts)
         reads = []
         host_in = [_staged(t, reads) for t in input_tensors]
         host_out = [[_host_empty(t) for t in ts] for ts in output_tensors]
         writes = list(zip(flat_out, [h for hs in host_out for h in hs]))
-        return self._collective("all_gather", input_tensors + flat_out, reads,
-                                lambda: self._gloo.allgather(host_out, host_in, opts), writes, _nbytes(flat_out),
-                                output_tensors)
+        return self._collective(kind, input_tensors + flat_out, reads, lambda: gloo_op(host_out, host_in, opts),
+                                writes, nbytes(flat_out), output_tensors)
+
+    def allgather(self, output_tensors, input_tensors, opts):
+        return self._gather_into_lists("all_gather", self._gloo.allgather, output_tensors, input_tensors, opts,
+                                       _nbytes)
 
     def _allgather_base(self, output, input, opts):
         if not _is_emu([output, input]):
@@ -659,16 +665,8 @@ class EmuProcessGroup(dist.ProcessGroup):
         return _Done(outputs)
 
     def gather(self, output_tensors, input_tensors, opts):
-        flat_out = [t for ts in output_tensors for t in ts]
-        if not _is_emu(input_tensors + flat_out):
-            return self._gloo.gather(output_tensors, input_tensors, opts)
-        reads = []
-        host_in = [_staged(t, reads) for t in input_tensors]
-        host_out = [[_host_empty(t) for t in ts] for ts in output_tensors]
-        writes = list(zip(flat_out, [h for hs in host_out for h in hs]))
-        return self._collective("gather", input_tensors + flat_out, reads,
-                                lambda: self._gloo.gather(host_out, host_in, opts), writes,
-                                _nbytes(input_tensors) * self.size(), output_tensors)
+        return self._gather_into_lists("gather", self._gloo.gather, output_tensors, input_tensors, opts,
+                                       lambda _: _nbytes(input_tensors) * self.size())
 
     def scatter(self, output_tensors, input_tensors, opts):
         flat_in = [t for ts in input_tensors for t in ts]
