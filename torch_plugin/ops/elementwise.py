@@ -161,49 +161,22 @@ def _binary_general(op: str, a, b, alpha, out):
     return out
 
 
-@OVERLOADS.implements("add.Tensor")
-def add(a, b, *, alpha=1):
-    return _binary("add", a, b, alpha)
+def _binary_overloads(op: str) -> dict:
+    """{overload: kernel} for ``op``'s functional, in-place and out= forms (add and sub scale
+    ``b`` by ``alpha``; div's schema has no alpha, which is then always 1)."""
+    def functional(a, b, *, alpha=1):
+        return _binary(op, a, b, alpha)
+
+    def inplace(a, b, *, alpha=1):
+        return _binary(op, a, b, alpha, out=a)
+
+    def out_form(a, b, *, alpha=1, out):
+        return _binary(op, a, b, alpha, out=out)
+    return {f"{op}.Tensor": functional, f"{op}_.Tensor": inplace, f"{op}.out": out_form}
 
 
-@OVERLOADS.implements("add_.Tensor")
-def add_(a, b, *, alpha=1):
-    return _binary("add", a, b, alpha, out=a)
-
-
-@OVERLOADS.implements("add.out")
-def add_out(a, b, *, alpha=1, out):
-    return _binary("add", a, b, alpha, out=out)
-
-
-@OVERLOADS.implements("sub.Tensor")
-def sub(a, b, *, alpha=1):
-    return _binary("sub", a, b, alpha)
-
-
-@OVERLOADS.implements("sub_.Tensor")
-def sub_(a, b, *, alpha=1):
-    return _binary("sub", a, b, alpha, out=a)
-
-
-@OVERLOADS.implements("sub.out")
-def sub_out(a, b, *, alpha=1, out):
-    return _binary("sub", a, b, alpha, out=out)
-
-
-@OVERLOADS.implements("div.Tensor")
-def div(a, b):
-    return _binary("div", a, b)
-
-
-@OVERLOADS.implements("div_.Tensor")
-def div_(a, b):
-    return _binary("div", a, b, out=a)
-
-
-@OVERLOADS.implements("div.out")
-def div_out(a, b, *, out):
-    return _binary("div", a, b, out=out)
+for _op in ("add", "sub", "div"):
+    OVERLOADS.update(_binary_overloads(_op))
 
 
 def true_divide(a, b, out=None):

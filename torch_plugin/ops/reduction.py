@@ -165,6 +165,16 @@ def _integral_promoted(dtype):
     return dtype if dtype.is_floating_point else torch.int64
 
 
+def _accumulating_dtype(x, dtype, out):
+    """The result dtype of prod and the scans (cumsum, cumprod): out's (which must equal ``dtype=``
+    when both are given), else ``dtype=``, else the input's with integers and bool promoted."""
+    if out is not None:
+        if dtype is not None:
+            _check_out_dtype(out, dtype)
+        return out.dtype
+    return _integral_promoted(x.dtype) if dtype is None else dtype
+
+
 def _check_nonempty(opname: str, x, dims, all_dims: bool, index_error_for_all=False) -> None:
     """CPU's check for reductions without identity (max, min, amax, amin, argmax, argmin)."""
     if x.numel() != 0:
@@ -210,12 +220,7 @@ def _prod(x, dims_arg, keepdim, dtype, out=None):
     name = "aten::prod"
     common_device(name, x)
     _check_supported(name, x.dtype)
-    if out is not None:
-        if dtype is not None:
-            _check_out_dtype(out, dtype)
-        dtype = out.dtype
-    elif dtype is None:
-        dtype = _integral_promoted(x.dtype)
+    dtype = _accumulating_dtype(x, dtype, out)
     _check_supported(name, dtype)
     dims = _reduced_dims(name, x.dim(), dims_arg)
     _, shape = _shapes(x, dims, keepdim)
@@ -261,24 +266,18 @@ def _amax_amin(op, x, dim, keepdim, out=None):
     return out
 
 
-@OVERLOADS.implements("amax")
-def amax(x, dim=(), keepdim=False):
-    return _amax_amin("max", x, dim, keepdim)
+def _amax_amin_overloads(op: str) -> dict:
+    """{overload: kernel} for a``op`` (amax or amin) and its out= form."""
+    def functional(x, dim=(), keepdim=False):
+        return _amax_amin(op, x, dim, keepdim)
+
+    def out_form(x, dim=(), keepdim=False, *, out):
+        return _amax_amin(op, x, dim, keepdim, out)
+    return {f"a{op}": functional, f"a{op}.out": out_form}
 
 
-@OVERLOADS.implements("amax.out")
-def amax_out(x, dim=(), keepdim=False, *, out):
-    return _amax_amin("max", x, dim, keepdim, out)
-
-
-@OVERLOADS.implements("amin")
-def amin(x, dim=(), keepdim=False):
-    return _amax_amin("min", x, dim, keepdim)
-
-
-@OVERLOADS.implements("amin.out")
-def amin_out(x, dim=(), keepdim=False, *, out):
-    return _amax_amin("min", x, dim, keepdim, out)
+for _op in ("max", "min"):
+    OVERLOADS.update(_amax_amin_overloads(_op))
 
 
 # ---------------------------------------------------------------------------------- max / min
@@ -296,26 +295,6 @@ def _max_min_all(op, x, out=None):
     out = _output(name, x, (), x.dtype, out)
     _launch_reduce(op, x, dims, False, out, x.dtype)
     return out
-
-
-@OVERLOADS.implements("max")
-def max_all(x):
-    return _max_min_all("max", x)
-
-
-@OVERLOADS.implements("max.unary_out")
-def max_unary_out(x, *, out):
-    return _max_min_all("max", x, out)
-
-
-@OVERLOADS.implements("min")
-def min_all(x):
-    return _max_min_all("min", x)
-
-
-@OVERLOADS.implements("min.unary_out")
-def min_unary_out(x, *, out):
-    return _max_min_all("min", x, out)
 
 
 def _max_min_dim(op, x, dim, keepdim, values=None, indices=None):
@@ -337,24 +316,25 @@ def _max_min_dim(op, x, dim, keepdim, values=None, indices=None):
     return values, indices
 
 
-@OVERLOADS.implements("max.dim")
-def max_dim(x, dim, keepdim=False):
-    return _max_min_dim("max", x, dim, keepdim)
+def _max_min_overloads(op: str, values: str, indices: str) -> dict:
+    """{overload: kernel} for ``op`` (max or min) over all elements and over one dim, with their
+    out= forms (``op``.dim_``op`` names its outs ``values`` and ``indices``)."""
+    def all_elements(x):
+        return _max_min_all(op, x)
+
+    def all_elements_out(x, *, out):
+        return _max_min_all(op, x, out)
+
+    def one_dim(x, dim, keepdim=False):
+        return _max_min_dim(op, x, dim, keepdim)
+
+    def one_dim_out(x, dim, keepdim=False, **outs):
+        return _max_min_dim(op, x, dim, keepdim, outs[values], outs[indices])
+    return {op: all_elements, f"{op}.unary_out": all_elements_out, f"{op}.dim": one_dim, f"{op}.dim_{op}": one_dim_out}
 
 
-@OVERLOADS.implements("max.dim_max")
-def max_dim_max(x, dim, keepdim=False, *, max, max_values):
-    return _max_min_dim("max", x, dim, keepdim, max, max_values)
-
-
-@OVERLOADS.implements("min.dim")
-def min_dim(x, dim, keepdim=False):
-    return _max_min_dim("min", x, dim, keepdim)
-
-
-@OVERLOADS.implements("min.dim_min")
-def min_dim_min(x, dim, keepdim=False, *, min, min_indices):
-    return _max_min_dim("min", x, dim, keepdim, min, min_indices)
+OVERLOADS.update(_max_min_overloads("max", "max", "max_values"))
+OVERLOADS.update(_max_min_overloads("min", "min", "min_indices"))
 
 
 # ---------------------------------------------------------------------------- argmax / argmin
@@ -380,24 +360,18 @@ def _arg(op, x, dim, keepdim, out=None):
     return out
 
 
-@OVERLOADS.implements("argmax")
-def argmax(x, dim=None, keepdim=False):
-    return _arg("argmax", x, dim, keepdim)
+def _arg_overloads(op: str) -> dict:
+    """{overload: kernel} for ``op`` (argmax or argmin) and its out= form."""
+    def functional(x, dim=None, keepdim=False):
+        return _arg(op, x, dim, keepdim)
+
+    def out_form(x, dim=None, keepdim=False, *, out):
+        return _arg(op, x, dim, keepdim, out)
+    return {op: functional, f"{op}.out": out_form}
 
 
-@OVERLOADS.implements("argmax.out")
-def argmax_out(x, dim=None, keepdim=False, *, out):
-    return _arg("argmax", x, dim, keepdim, out)
-
-
-@OVERLOADS.implements("argmin")
-def argmin(x, dim=None, keepdim=False):
-    return _arg("argmin", x, dim, keepdim)
-
-
-@OVERLOADS.implements("argmin.out")
-def argmin_out(x, dim=None, keepdim=False, *, out):
-    return _arg("argmin", x, dim, keepdim, out)
+for _op in ("argmax", "argmin"):
+    OVERLOADS.update(_arg_overloads(_op))
 
 
 # ---------------------------------------------------------------------------- var / std (+ mean)
@@ -433,44 +407,25 @@ def _var_std(op, x, dim, correction, keepdim, out=None, mean_out=None, with_mean
     return (out, mean_out) if with_mean else out
 
 
-@OVERLOADS.implements("var.correction")
-def var_correction(x, dim=None, *, correction=None, keepdim=False):
-    return _var_std("var", x, dim, correction, keepdim)
+def _var_std_overloads(op: str) -> dict:
+    """{overload: kernel} for ``op`` (var or std) and ``op``_mean, with their out= forms."""
+    def functional(x, dim=None, *, correction=None, keepdim=False):
+        return _var_std(op, x, dim, correction, keepdim)
+
+    def out_form(x, dim=None, *, correction=None, keepdim=False, out):
+        return _var_std(op, x, dim, correction, keepdim, out)
+
+    def with_mean(x, dim=None, *, correction=None, keepdim=False):
+        return _var_std(op, x, dim, correction, keepdim, with_mean=True)
+
+    def with_mean_out(x, dim=None, *, correction=None, keepdim=False, out0, out1):
+        return _var_std(op, x, dim, correction, keepdim, out0, out1, with_mean=True)
+    return {f"{op}.correction": functional, f"{op}.correction_out": out_form,
+            f"{op}_mean.correction": with_mean, f"{op}_mean.correction_out": with_mean_out}
 
 
-@OVERLOADS.implements("var.correction_out")
-def var_correction_out(x, dim=None, *, correction=None, keepdim=False, out):
-    return _var_std("var", x, dim, correction, keepdim, out)
-
-
-@OVERLOADS.implements("std.correction")
-def std_correction(x, dim=None, *, correction=None, keepdim=False):
-    return _var_std("std", x, dim, correction, keepdim)
-
-
-@OVERLOADS.implements("std.correction_out")
-def std_correction_out(x, dim=None, *, correction=None, keepdim=False, out):
-    return _var_std("std", x, dim, correction, keepdim, out)
-
-
-@OVERLOADS.implements("var_mean.correction")
-def var_mean_correction(x, dim=None, *, correction=None, keepdim=False):
-    return _var_std("var", x, dim, correction, keepdim, with_mean=True)
-
-
-@OVERLOADS.implements("var_mean.correction_out")
-def var_mean_correction_out(x, dim=None, *, correction=None, keepdim=False, out0, out1):
-    return _var_std("var", x, dim, correction, keepdim, out0, out1, with_mean=True)
-
-
-@OVERLOADS.implements("std_mean.correction")
-def std_mean_correction(x, dim=None, *, correction=None, keepdim=False):
-    return _var_std("std", x, dim, correction, keepdim, with_mean=True)
-
-
-@OVERLOADS.implements("std_mean.correction_out")
-def std_mean_correction_out(x, dim=None, *, correction=None, keepdim=False, out0, out1):
-    return _var_std("std", x, dim, correction, keepdim, out0, out1, with_mean=True)
+for _op in ("var", "std"):
+    OVERLOADS.update(_var_std_overloads(_op))
 
 
 # ------------------------------------------------------------------------------ vector norms

@@ -10,8 +10,7 @@ import torch
 from torch_plugin._dtypes import TO_CODE, type_meta_name
 from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, rt
 from torch_plugin.ops._overloads import Overloads
-from torch_plugin.ops.reduction import (_check_out_dtype, _check_supported, _integral_promoted, _output,
-                                        _wrap_dim)
+from torch_plugin.ops.reduction import _accumulating_dtype, _check_supported, _output, _wrap_dim
 
 OVERLOADS = Overloads(__name__)
 
@@ -26,12 +25,8 @@ def _scan(op, x, dim, dtype, out=None, inplace=False):
                                f"output tensor dtype {type_meta_name(dtype)} should match")
         dtype = x.dtype
         out = x
-    elif out is not None:
-        if dtype is not None:
-            _check_out_dtype(out, dtype)
-        dtype = out.dtype
-    elif dtype is None:
-        dtype = _integral_promoted(x.dtype)
+    else:
+        dtype = _accumulating_dtype(x, dtype, out)
     _check_supported(name, dtype)
     if dtype == torch.bool:
         raise NotImplementedError(f"\"cum{op}_out_cpu\" not implemented for 'Bool'")
@@ -51,31 +46,18 @@ def _scan(op, x, dim, dtype, out=None, inplace=False):
     return out
 
 
-@OVERLOADS.implements("cumsum")
-def cumsum(x, dim, *, dtype=None):
-    return _scan("sum", x, dim, dtype)
+def _scan_overloads(op: str) -> dict:
+    """{overload: kernel} for cum``op``'s functional, out= and in-place forms."""
+    def functional(x, dim, *, dtype=None):
+        return _scan(op, x, dim, dtype)
+
+    def out_form(x, dim, *, dtype=None, out):
+        return _scan(op, x, dim, dtype, out)
+
+    def inplace(x, dim, *, dtype=None):
+        return _scan(op, x, dim, dtype, inplace=True)
+    return {f"cum{op}": functional, f"cum{op}.out": out_form, f"cum{op}_": inplace}
 
 
-@OVERLOADS.implements("cumsum.out")
-def cumsum_out(x, dim, *, dtype=None, out):
-    return _scan("sum", x, dim, dtype, out)
-
-
-@OVERLOADS.implements("cumsum_")
-def cumsum_(x, dim, *, dtype=None):
-    return _scan("sum", x, dim, dtype, inplace=True)
-
-
-@OVERLOADS.implements("cumprod")
-def cumprod(x, dim, *, dtype=None):
-    return _scan("prod", x, dim, dtype)
-
-
-@OVERLOADS.implements("cumprod.out")
-def cumprod_out(x, dim, *, dtype=None, out):
-    return _scan("prod", x, dim, dtype, out)
-
-
-@OVERLOADS.implements("cumprod_")
-def cumprod_(x, dim, *, dtype=None):
-    return _scan("prod", x, dim, dtype, inplace=True)
+for _op in ("sum", "prod"):
+    OVERLOADS.update(_scan_overloads(_op))

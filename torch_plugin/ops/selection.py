@@ -83,16 +83,6 @@ def _median_all(op, x, out=None):
     return _order_stat(op, x, tuple(range(x.dim())), False, values=out, with_index=False)
 
 
-@OVERLOADS.implements("median")
-def median(x):
-    return _median_all("median", x)
-
-
-@OVERLOADS.implements("nanmedian")
-def nanmedian(x):
-    return _median_all("nanmedian", x)
-
-
 def _median_dim(op, x, dim, keepdim, values=None, indices=None):
     common_device(f"aten::{op}.dim", x)
     _check_supported(f"aten::{op}.dim", x.dtype)
@@ -102,24 +92,22 @@ def _median_dim(op, x, dim, keepdim, values=None, indices=None):
     return _order_stat(op, x, dims, keepdim, values=values, indices=indices)
 
 
-@OVERLOADS.implements("median.dim")
-def median_dim(x, dim, keepdim=False):
-    return _median_dim("median", x, dim, keepdim)
+def _median_overloads(op: str) -> dict:
+    """{overload: kernel} for ``op`` (median or nanmedian) over all elements and over one dim, with
+    the latter's out= form."""
+    def all_elements(x):
+        return _median_all(op, x)
+
+    def one_dim(x, dim, keepdim=False):
+        return _median_dim(op, x, dim, keepdim)
+
+    def one_dim_out(x, dim, keepdim=False, *, values, indices):
+        return _median_dim(op, x, dim, keepdim, values, indices)
+    return {op: all_elements, f"{op}.dim": one_dim, f"{op}.dim_values": one_dim_out}
 
 
-@OVERLOADS.implements("median.dim_values")
-def median_dim_values(x, dim, keepdim=False, *, values, indices):
-    return _median_dim("median", x, dim, keepdim, values, indices)
-
-
-@OVERLOADS.implements("nanmedian.dim")
-def nanmedian_dim(x, dim, keepdim=False):
-    return _median_dim("nanmedian", x, dim, keepdim)
-
-
-@OVERLOADS.implements("nanmedian.dim_values")
-def nanmedian_dim_values(x, dim, keepdim=False, *, values, indices):
-    return _median_dim("nanmedian", x, dim, keepdim, values, indices)
+for _op in ("median", "nanmedian"):
+    OVERLOADS.update(_median_overloads(_op))
 
 
 @OVERLOADS.implements("mode", "mode.values")
