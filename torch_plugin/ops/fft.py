@@ -42,7 +42,6 @@ _FFT_REAL = tuple(_COMPLEX_OF)
 _FFT_COMPLEX = tuple(_REAL_OF)
 
 C2C, R2C, C2R = 0, 1, 2
-_PYTHON_COMPLEX = complex  # (``complex`` below is the aten op's kernel)
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
@@ -257,24 +256,18 @@ def _complex_parts(op: str, mode: int, a, b, out=None):
                           via_plain=out.is_conj() or out.is_neg())
 
 
-@OVERLOADS.implements("complex")
-def complex(real, imag):
-    return _complex_parts("aten::complex", 0, real, imag)
+def _complex_parts_overloads(op: str, mode: int) -> dict:
+    """{overload: kernel} for ``op`` (complex: mode 0, from real and imaginary parts; polar: mode 1,
+    from magnitude and angle) and its out= form."""
+    def functional(a, b):
+        return _complex_parts(f"aten::{op}", mode, a, b)
+
+    def out_form(a, b, *, out):
+        return _complex_parts(f"aten::{op}.out", mode, a, b, out)
+    return {op: functional, f"{op}.out": out_form}
 
 
-@OVERLOADS.implements("complex.out")
-def complex_out(real, imag, *, out):
-    return _complex_parts("aten::complex.out", 0, real, imag, out)
-
-
-@OVERLOADS.implements("polar")
-def polar(abs, angle):
-    return _complex_parts("aten::polar", 1, abs, angle)
-
-
-@OVERLOADS.implements("polar.out")
-def polar_out(abs, angle, *, out):
-    return _complex_parts("aten::polar.out", 1, abs, angle, out)
+OVERLOADS.update({**_complex_parts_overloads("complex", 0), **_complex_parts_overloads("polar", 1)})
 
 
 # -- conj_physical (ihfft's out= path, and what autograd of complex ops reaches) -----------------
@@ -321,7 +314,7 @@ _COMPLEX_RESULT = frozenset(_FFT_COMPLEX) | {torch.complex32}
 
 
 def _is_complex_operand(t) -> bool:
-    return t.dtype in _COMPLEX_RESULT if isinstance(t, torch.Tensor) else isinstance(t, _PYTHON_COMPLEX)
+    return t.dtype in _COMPLEX_RESULT if isinstance(t, torch.Tensor) else isinstance(t, complex)
 
 
 def _is_complex_mul(a, b) -> bool:

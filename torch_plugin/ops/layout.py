@@ -236,81 +236,25 @@ def _pad_backward(kind, nd, grad_output, self, padding, grad_input=None):
     return grad_input
 
 
-@OVERLOADS.implements("reflection_pad1d")
-def reflection_pad1d(self, padding):
-    return _pad("reflection", 1, self, padding)
+def _pad_overloads(kind: str, k: int) -> dict:
+    """{overload: kernel} for ``kind``_pad``k``d (reflection or replication, 1-d or 2-d) and its
+    backward, each with its out= form."""
+    def forward(self, padding):
+        return _pad(kind, k, self, padding)
+
+    def forward_out(self, padding, *, out):
+        return _pad(kind, k, self, padding, out)
+
+    def backward(grad_output, self, padding):
+        return _pad_backward(kind, k, grad_output, self, padding)
+
+    def backward_out(grad_output, self, padding, *, grad_input):
+        return _pad_backward(kind, k, grad_output, self, padding, grad_input)
+    op = f"{kind}_pad{k}d"
+    return {op: forward, f"{op}.out": forward_out,
+            f"{op}_backward": backward, f"{op}_backward.grad_input": backward_out}
 
 
-@OVERLOADS.implements("reflection_pad1d.out")
-def reflection_pad1d_out(self, padding, *, out):
-    return _pad("reflection", 1, self, padding, out)
-
-
-@OVERLOADS.implements("reflection_pad2d")
-def reflection_pad2d(self, padding):
-    return _pad("reflection", 2, self, padding)
-
-
-@OVERLOADS.implements("reflection_pad2d.out")
-def reflection_pad2d_out(self, padding, *, out):
-    return _pad("reflection", 2, self, padding, out)
-
-
-@OVERLOADS.implements("replication_pad1d")
-def replication_pad1d(self, padding):
-    return _pad("replication", 1, self, padding)
-
-
-@OVERLOADS.implements("replication_pad1d.out")
-def replication_pad1d_out(self, padding, *, out):
-    return _pad("replication", 1, self, padding, out)
-
-
-@OVERLOADS.implements("replication_pad2d")
-def replication_pad2d(self, padding):
-    return _pad("replication", 2, self, padding)
-
-
-@OVERLOADS.implements("replication_pad2d.out")
-def replication_pad2d_out(self, padding, *, out):
-    return _pad("replication", 2, self, padding, out)
-
-
-@OVERLOADS.implements("reflection_pad1d_backward")
-def reflection_pad1d_backward(grad_output, self, padding):
-    return _pad_backward("reflection", 1, grad_output, self, padding)
-
-
-@OVERLOADS.implements("reflection_pad1d_backward.grad_input")
-def reflection_pad1d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("reflection", 1, grad_output, self, padding, grad_input)
-
-
-@OVERLOADS.implements("reflection_pad2d_backward")
-def reflection_pad2d_backward(grad_output, self, padding):
-    return _pad_backward("reflection", 2, grad_output, self, padding)
-
-
-@OVERLOADS.implements("reflection_pad2d_backward.grad_input")
-def reflection_pad2d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("reflection", 2, grad_output, self, padding, grad_input)
-
-
-@OVERLOADS.implements("replication_pad1d_backward")
-def replication_pad1d_backward(grad_output, self, padding):
-    return _pad_backward("replication", 1, grad_output, self, padding)
-
-
-@OVERLOADS.implements("replication_pad1d_backward.grad_input")
-def replication_pad1d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("replication", 1, grad_output, self, padding, grad_input)
-
-
-@OVERLOADS.implements("replication_pad2d_backward")
-def replication_pad2d_backward(grad_output, self, padding):
-    return _pad_backward("replication", 2, grad_output, self, padding)
-
-
-@OVERLOADS.implements("replication_pad2d_backward.grad_input")
-def replication_pad2d_backward_out(grad_output, self, padding, *, grad_input):
-    return _pad_backward("replication", 2, grad_output, self, padding, grad_input)
+for _kind in ("reflection", "replication"):
+    for _k in (1, 2):
+        OVERLOADS.update(_pad_overloads(_kind, _k))
