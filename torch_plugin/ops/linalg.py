@@ -261,25 +261,6 @@ def _check_baddbmm(op, self, b1, b2):
     _check_same_dtype_3(self, b1, b2)
 
 
-@OVERLOADS.implements("baddbmm")
-def baddbmm(self, b1, b2, *, beta=1, alpha=1):
-    _check_baddbmm("aten::baddbmm", self, b1, b2)
-    return _batched("aten::baddbmm", "bmm", None, b1, b2, self, beta, alpha)
-
-
-@OVERLOADS.implements("baddbmm.out")
-def baddbmm_out(self, b1, b2, *, beta=1, alpha=1, out):
-    _check_baddbmm("aten::baddbmm.out", self, b1, b2)
-    return _batched("aten::baddbmm.out", "bmm", out, b1, b2, self, beta, alpha)
-
-
-@OVERLOADS.implements("baddbmm_")
-def baddbmm_(self, b1, b2, *, beta=1, alpha=1):
-    _check_baddbmm("aten::baddbmm_", self, b1, b2)
-    _check_inplace_shape(self, (b1.shape[0], b1.shape[1], b2.shape[2]))
-    return _batched("aten::baddbmm_", "bmm", self, b1, b2, self, beta, alpha)
-
-
 def _check_addbmm(op, self, b1, b2):
     _check_batches(op, b1, b2, same_batch_message=True)
     _check_gemm_dtypes(op, self)
@@ -287,24 +268,29 @@ def _check_addbmm(op, self, b1, b2):
     _check_same_dtype_3(self, b1, b2)
 
 
-@OVERLOADS.implements("addbmm")
-def addbmm(self, b1, b2, *, beta=1, alpha=1):
-    _check_addbmm("aten::addbmm", self, b1, b2)
-    return _batched("aten::addbmm", "addbmm", None, b1, b2, self, beta, alpha)
+def _batched_overloads(op: str, kernel: str, check, result_shape) -> dict:
+    """{overload: kernel} for ``op`` (baddbmm: a result per batch, the "bmm" kernel; addbmm: the
+    batches summed, the "addbmm" kernel) in its functional, out= and in-place forms: ``check``, then
+    one _batched launch. ``result_shape(b1, b2)``: the shape the in-place form's self must have."""
+    def functional(self, b1, b2, *, beta=1, alpha=1):
+        check(f"aten::{op}", self, b1, b2)
+        return _batched(f"aten::{op}", kernel, None, b1, b2, self, beta, alpha)
+
+    def out_form(self, b1, b2, *, beta=1, alpha=1, out):
+        check(f"aten::{op}.out", self, b1, b2)
+        return _batched(f"aten::{op}.out", kernel, out, b1, b2, self, beta, alpha)
+
+    def inplace(self, b1, b2, *, beta=1, alpha=1):
+        # CPU's addbmm_ resizes a broadcastable ``self`` in place; here the in-place form needs self's own shape.
+        check(f"aten::{op}_", self, b1, b2)
+        _check_inplace_shape(self, result_shape(b1, b2))
+        return _batched(f"aten::{op}_", kernel, self, b1, b2, self, beta, alpha)
+    return {op: functional, f"{op}.out": out_form, f"{op}_": inplace}
 
 
-@OVERLOADS.implements("addbmm.out")
-def addbmm_out(self, b1, b2, *, beta=1, alpha=1, out):
-    _check_addbmm("aten::addbmm.out", self, b1, b2)
-    return _batched("aten::addbmm.out", "addbmm", out, b1, b2, self, beta, alpha)
-
-
-@OVERLOADS.implements("addbmm_")
-def addbmm_(self, b1, b2, *, beta=1, alpha=1):
-    # CPU resizes a broadcastable ``self`` in place; here the in-place form needs self's own shape.
-    _check_addbmm("aten::addbmm_", self, b1, b2)
-    _check_inplace_shape(self, (b1.shape[1], b2.shape[2]))
-    return _batched("aten::addbmm_", "addbmm", self, b1, b2, self, beta, alpha)
+OVERLOADS.update(_batched_overloads("baddbmm", "bmm", _check_baddbmm,
+                                    lambda b1, b2: (b1.shape[0], b1.shape[1], b2.shape[2])))
+OVERLOADS.update(_batched_overloads("addbmm", "addbmm", _check_addbmm, lambda b1, b2: (b1.shape[1], b2.shape[2])))
 
 
 # ---------------------------------------------------------------------------------------------

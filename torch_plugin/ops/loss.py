@@ -112,16 +112,6 @@ def _nll_loss_forward(x, target, weight, reduction, ignore_index, output=None, t
     return output, total_weight
 
 
-@OVERLOADS.implements("nll_loss_forward")
-def nll_loss_forward(self, target, weight, reduction, ignore_index):
-    return _nll_loss_forward(self, target, weight, reduction, ignore_index)
-
-
-@OVERLOADS.implements("nll_loss_forward.output")
-def nll_loss_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
-    return _nll_loss_forward(self, target, weight, reduction, ignore_index, output, total_weight)
-
-
 def _nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight, grad_input=None):
     name = "aten::nll_loss_backward"
     if not (_native_nll(x, target, weight) and grad_output.dtype == x.dtype and total_weight.dtype == x.dtype):
@@ -158,17 +148,6 @@ def _nll_loss_backward(grad_output, x, target, weight, reduction, ignore_index, 
     rt().launch("nll_loss_backward", (gi_ref, go_ref, tr, wr, _scalar_ref(total_weight), mode, int(ignore_index)),
                 current_stream(device))
     return grad_input
-
-
-@OVERLOADS.implements("nll_loss_backward")
-def nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
-    return _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
-
-
-@OVERLOADS.implements("nll_loss_backward.grad_input")
-def nll_loss_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *,
-                                 grad_input):
-    return _nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, grad_input)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,16 +210,6 @@ def _nll_loss2d_forward(x, target, weight, reduction, ignore_index, output=None,
     return output, total_weight
 
 
-@OVERLOADS.implements("nll_loss2d_forward")
-def nll_loss2d_forward(self, target, weight, reduction, ignore_index):
-    return _nll_loss2d_forward(self, target, weight, reduction, ignore_index)
-
-
-@OVERLOADS.implements("nll_loss2d_forward.output")
-def nll_loss2d_forward_output(self, target, weight, reduction, ignore_index, *, output, total_weight):
-    return _nll_loss2d_forward(self, target, weight, reduction, ignore_index, output, total_weight)
-
-
 def _nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index, total_weight, grad_input=None):
     name = "aten::nll_loss2d_backward"
     _check_nll2d(x, target, weight, reduction)
@@ -276,16 +245,26 @@ def _nll_loss2d_backward(grad_output, x, target, weight, reduction, ignore_index
     return grad_input
 
 
-@OVERLOADS.implements("nll_loss2d_backward")
-def nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight):
-    return _nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+def _nll_overloads(op: str, forward, backward) -> dict:
+    """{overload: kernel} for ``op``_forward and ``op``_backward (op: nll_loss or nll_loss2d), each
+    with its out= form."""
+    def forward_kernel(self, target, weight, reduction, ignore_index):
+        return forward(self, target, weight, reduction, ignore_index)
+
+    def forward_out(self, target, weight, reduction, ignore_index, *, output, total_weight):
+        return forward(self, target, weight, reduction, ignore_index, output, total_weight)
+
+    def backward_kernel(grad_output, self, target, weight, reduction, ignore_index, total_weight):
+        return backward(grad_output, self, target, weight, reduction, ignore_index, total_weight)
+
+    def backward_out(grad_output, self, target, weight, reduction, ignore_index, total_weight, *, grad_input):
+        return backward(grad_output, self, target, weight, reduction, ignore_index, total_weight, grad_input)
+    return {f"{op}_forward": forward_kernel, f"{op}_forward.output": forward_out,
+            f"{op}_backward": backward_kernel, f"{op}_backward.grad_input": backward_out}
 
 
-@OVERLOADS.implements("nll_loss2d_backward.grad_input")
-def nll_loss2d_backward_grad_input(grad_output, self, target, weight, reduction, ignore_index, total_weight, *,
-                                   grad_input):
-    return _nll_loss2d_backward(grad_output, self, target, weight, reduction, ignore_index, total_weight,
-                                grad_input)
+OVERLOADS.update(_nll_overloads("nll_loss", _nll_loss_forward, _nll_loss_backward))
+OVERLOADS.update(_nll_overloads("nll_loss2d", _nll_loss2d_forward, _nll_loss2d_backward))
 
 
 # ---------------------------------------------------------------------------------------------
