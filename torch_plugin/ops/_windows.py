@@ -1,7 +1,7 @@
 """Helpers shared by the windowed op modules (convolution, pooling, resample, distance,
-embedding): tensor descriptors, output allocation in the input's memory format, dtype checks,
-window-parameter parsing and the 5-d (N, C, D, H, W) launch of the kernels that serve every
-rank. No aten kernel lives here.
+embedding): tensor descriptors, output allocation in the input's memory format (margin_loss's
+outputs too), dtype checks, window-parameter parsing and the 5-d (N, C, D, H, W) launch of the
+kernels that serve every rank. No aten kernel lives here.
 """
 from __future__ import annotations
 

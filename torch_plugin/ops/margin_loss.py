@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from torch_plugin.errors import refuse_in_projection, unsupported_dtype
-from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
+from torch_plugin.ops._common import common_device, current_stream, device_ref, rt
 from torch_plugin.ops._overloads import Overloads
+from torch_plugin.ops._windows import _output  # new outputs are contiguous: the inputs have at most 2 dims
 
 OVERLOADS = Overloads(__name__)
 
@@ -19,17 +20,6 @@ _MARGIN_DTYPES = frozenset({torch.float32, torch.float64})
 def _target_range(target):
     refuse_in_projection(None, "checks device values on the host before it launches (the target's range)")
     return tuple(int(v) for v in torch.stack((target.min(), target.max())).tolist()) if target.numel() else (0, 0)
-
-
-def _margin_out(name, out, shape, dtype, device, *inputs):
-    if out is None:
-        return torch.empty(shape, dtype=dtype, device=torch.device("emu", device))
-    common_device(name, out, *inputs)
-    if out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
-    resize_out(out, shape)
-    check_overlap(name, out, *inputs)
-    return out
 
 
 def _multi_margin_args(name, x, target, p, weight):
@@ -71,7 +61,7 @@ def _multi_margin_loss(x, target, p=1, margin=1, weight=None, reduction=1, out=N
     device, nframe, C, p, weight = _multi_margin_args(name, x, target, p, weight)
     reduction = int(reduction)
     shape = (nframe,) if reduction == 0 and target.dim() > 0 else ()
-    out = _margin_out(name, out, shape, x.dtype, device, x, target)
+    out = _output(name, out, shape, x.dtype, device, x, x, target)
     if out.numel():
         flat = out.reshape(-1) if out.dim() else out.view(1)
         rt().launch("multi_margin_loss", (device_ref(flat, (max(flat.numel(), 1),), flat.stride()),
@@ -91,7 +81,7 @@ def _multi_margin_loss_backward(grad_output, x, target, p, margin, weight=None, 
     if grad_output.numel() != (nframe if per_sample else 1) or grad_output.dtype != x.dtype:
         raise RuntimeError(f"{name}: grad_output of size {list(grad_output.shape)} and dtype {grad_output.dtype} "
                            f"does not match the loss")
-    grad_input = _margin_out(name, grad_input, x.shape, x.dtype, device, grad_output, x, target)
+    grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x, target)
     if grad_input.numel():
         go = grad_output.reshape(-1)
         go_ref = device_ref(go, (nframe,), (go.stride(0) if per_sample else 0,))
@@ -127,8 +117,8 @@ def _multilabel_forward(x, target, reduction, output=None, is_target=None):
     device, nframe, C = _multilabel_args(name, x, target)
     reduction = int(reduction)
     shape = (nframe,) if reduction == 0 and x.dim() > 1 else ()
-    output = _margin_out(name, output, shape, x.dtype, device, x, target)
-    is_target = _margin_out(name, is_target, target.shape, x.dtype, device, x, target, output)
+    output = _output(name, output, shape, x.dtype, device, x, x, target)
+    is_target = _output(name, is_target, target.shape, x.dtype, device, x, x, target, output)
     if output.numel():
         flat = output.reshape(-1) if output.dim() else output.view(1)
         rt().launch("multilabel_margin_loss", (device_ref(flat, (flat.numel(),), flat.stride()),
@@ -151,7 +141,7 @@ def _multilabel_backward(grad_output, x, target, reduction, is_target, grad_inpu
     if tuple(is_target.shape) != tuple(x.shape) or is_target.dtype != x.dtype:
         raise RuntimeError(f"inconsistent is_target size: {list(is_target.shape)} for input of size: "
                            f"{list(x.shape)}")
-    grad_input = _margin_out(name, grad_input, x.shape, x.dtype, device, grad_output, x, target, is_target)
+    grad_input = _output(name, grad_input, x.shape, x.dtype, device, x, grad_output, x, target, is_target)
     if grad_input.numel():
         go = grad_output.reshape(-1)
         go_ref = device_ref(go, (nframe,), (go.stride(0) if per_sample else 0,))
