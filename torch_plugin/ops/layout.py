@@ -146,34 +146,21 @@ def _tril_triu(name, self, diagonal, upper, out=None, inplace=False):
     return out
 
 
-@OVERLOADS.implements("tril")
-def tril(self, diagonal=0):
-    return _tril_triu("tril", self, diagonal, False)
+def _tril_triu_overloads(op: str, upper: bool) -> dict:
+    """{overload: kernel} for ``op`` (tril: upper=False, triu: upper=True) in its functional,
+    in-place and out= forms."""
+    def functional(self, diagonal=0):
+        return _tril_triu(op, self, diagonal, upper)
+
+    def inplace(self, diagonal=0):
+        return _tril_triu(op, self, diagonal, upper, inplace=True)
+
+    def out_form(self, diagonal=0, *, out):
+        return _tril_triu(op, self, diagonal, upper, out=out)
+    return {op: functional, f"{op}_": inplace, f"{op}.out": out_form}
 
 
-@OVERLOADS.implements("tril_")
-def tril_(self, diagonal=0):
-    return _tril_triu("tril", self, diagonal, False, inplace=True)
-
-
-@OVERLOADS.implements("tril.out")
-def tril_out(self, diagonal=0, *, out):
-    return _tril_triu("tril", self, diagonal, False, out=out)
-
-
-@OVERLOADS.implements("triu")
-def triu(self, diagonal=0):
-    return _tril_triu("triu", self, diagonal, True)
-
-
-@OVERLOADS.implements("triu_")
-def triu_(self, diagonal=0):
-    return _tril_triu("triu", self, diagonal, True, inplace=True)
-
-
-@OVERLOADS.implements("triu.out")
-def triu_out(self, diagonal=0, *, out):
-    return _tril_triu("triu", self, diagonal, True, out=out)
+OVERLOADS.update({**_tril_triu_overloads("tril", False), **_tril_triu_overloads("triu", True)})
 
 
 # ---------------------------------------------------------------------------------------------
