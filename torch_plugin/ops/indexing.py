@@ -144,7 +144,6 @@ def _expand_bool_indices(x, indices, device):
             start = len(result)
             for j in range(t.dim()):
                 if start + j >= x.dim() or t.shape[j] != x.shape[start + j]:
-                    other = x.shape[start + j] if start + j < x.dim() else None
                     raise IndexError(f"The shape of the mask {list(t.shape)} at index {j} does not match the shape of "
                                      f"the indexed tensor {list(x.shape)} at index {start + j}")
             nz = _nonzero(t)

@@ -41,7 +41,6 @@ def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 @OVERLOADS.implements("cat", "cat.out")
 def _cat(tensors, dim=0, out=None):
-    name = "torch.cat()"
     tensors = list(tensors)
     if not tensors:
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")

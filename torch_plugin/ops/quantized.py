@@ -62,7 +62,6 @@ def _check_int_mm(a, b):
 
 def _int_mm_into(op, out, a, b):
     device = common_device(op, a, b)
-    M, K, N = a.shape[0], a.shape[1], b.shape[1]
     if out.numel():
         rt().launch("int_mm", (device_ref(out), device_ref(a), device_ref(b)), current_stream(device))
     return out
