@@ -10,6 +10,12 @@ import os
 
 os.environ.setdefault("EMU_PRESET", "tiny")
 
+# `make test` runs the suite in pytest-xdist workers, one per core (up to 4): each worker gets one
+# intra-op thread, so the workers do not oversubscribe the cores (torch would start a thread per
+# core in each). Set before any test module imports torch; OMP_NUM_THREADS set explicitly wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 # EMU_CPU_ISA caps the instruction set of the device's kernels (emulator/kernels/isa.pyx); the CPU
 # reference the tests compare with is capped the same way, through the variables torch, oneDNN
 # and MKL read when torch loads (set here, before any test module imports torch, unless already
@@ -30,3 +36,25 @@ if _isa in CPU_CAPS:
 def pytest_report_header(config):
     caps = ", ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in CAP_VARIABLES)
     return f"EMU_CPU_ISA={os.environ.get('EMU_CPU_ISA') or '(unset: the best the host has)'}; CPU reference: {caps}"
+
+
+# The zoo's per-model summary (tests/zoo/conftest.py's ``zoo_report``): its lines travel as the test
+# reports' ``user_properties`` ("zoo_report", (model, key, value)), so this process prints them
+# whether the tests ran in it or in pytest-xdist workers (whose hooks the controller does not see).
+_ZOO_REPORT: dict[str, dict] = {}
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties if report.when == "call" else ():
+        if name == "zoo_report":
+            model, key, text = value
+            _ZOO_REPORT.setdefault(model, {})[key] = text
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _ZOO_REPORT:
+        return
+    terminalreporter.section("model zoo on emu")
+    for model in sorted(_ZOO_REPORT):
+        fields = "  ".join(f"{k}={v}" for k, v in sorted(_ZOO_REPORT[model].items()))
+        terminalreporter.write_line(f"{model:<24} {fields}")

@@ -7,24 +7,14 @@ import pytest
 
 import torch_plugin  # noqa: F401  (registers emu)
 
-_REPORT: dict[str, dict] = {}
-
 
 @pytest.fixture
-def zoo_report():
-    """``zoo_report(model, key, value)`` adds a line to the zoo summary at the end of the run."""
+def zoo_report(request):
+    """``zoo_report(model, key, value)`` adds a line to the zoo summary at the end of the run
+    (tests/conftest.py collects and prints it)."""
     def record(model: str, key: str, value) -> None:
-        _REPORT.setdefault(model, {})[key] = value
+        request.node.user_properties.append(("zoo_report", (model, key, str(value))))
     return record
-
-
-def pytest_terminal_summary(terminalreporter):
-    if not _REPORT:
-        return
-    terminalreporter.section("model zoo on emu")
-    for model in sorted(_REPORT):
-        fields = "  ".join(f"{k}={v}" for k, v in sorted(_REPORT[model].items()))
-        terminalreporter.write_line(f"{model:<24} {fields}")
 
 
 @pytest.hookimpl(hookwrapper=True)
