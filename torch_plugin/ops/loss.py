@@ -1,4 +1,4 @@
-"""nll_loss (with log_softmax, ops/log_softmax.py, the pieces of ``F.cross_entropy``), nll_loss2d and
+"""nll_loss (with log_softmax, ops/softmax.py, the pieces of ``F.cross_entropy``), nll_loss2d and
 the pointwise losses lowered to the vector engine. Margin losses are in ops/margin_loss.py, CTC loss in
 ops/ctc_loss.py.
 

@@ -1,8 +1,7 @@
-"""Normalization ops lowered to the vector engine: softmax, layer norm, group norm, batch norm and
-RMS norm, forward and backward (kernels in emulator/kernels/norm.pyx).
+"""Normalization ops lowered to the vector engine: layer norm, group norm, batch norm and RMS norm,
+forward and backward (kernels in emulator/kernels/norm.pyx; softmax is in ops/softmax.py).
 
-Native overloads: ``_softmax`` / ``.out``, ``_safe_softmax``, ``_softmax_backward_data`` / ``.out``;
-``native_layer_norm``, ``native_layer_norm_backward``; ``native_group_norm``,
+Native overloads: ``native_layer_norm``, ``native_layer_norm_backward``; ``native_group_norm``,
 ``native_group_norm_backward``; ``native_batch_norm`` / ``.out``, ``native_batch_norm_backward``,
 ``_native_batch_norm_legit`` (with running stats, ``.no_stats`` and both ``.out`` forms),
 ``_batch_norm_with_update``, ``batch_norm_backward``; ``_fused_rms_norm`` and
@@ -15,9 +14,7 @@ dtypes: float32, float64, float16, bfloat16; CPU's mixed form (a float16/bfloat1
 float32 parameters) too. Statistics and outputs have CPU's shapes and dtypes (mean/rstd in the
 parameters' dtype: float32 in the mixed form). Computation in float32 (float64 for float64).
 
-Semantics beyond CPU's: ``_softmax(half_to_float=True)`` gives a float32 result for a
-float16/bfloat16 input, as CUDA does (CPU has no such kernel and raises); float32/float64 inputs
-are rejected like CUDA rejects them. Batch norm in evaluation mode without running statistics
+Semantics beyond CPU's: batch norm in evaluation mode without running statistics
 is rejected (CPU crashes), and running statistics of the wrong size are rejected (CPU reads
 past them). Double backward (``create_graph=True``) of layer/group/RMS norm goes through
 autograd's composite formulas, whose pieces run wherever they are registered.
@@ -30,7 +27,7 @@ import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED
 from torch_plugin.errors import unsupported_dtype
-from torch_plugin.ops._common import check_overlap, common_device, current_stream, device_ref, resize_out, rt
+from torch_plugin.ops._common import common_device, current_stream, device_ref, resize_out, rt
 from torch_plugin.ops._overloads import Overloads
 
 OVERLOADS = Overloads(__name__)
@@ -39,13 +36,6 @@ _REDUCED = (torch.float16, torch.bfloat16)
 _CPU_NAMES = {torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float32: "Float", torch.float64: "Double",
               torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char",
               torch.uint8: "Byte", torch.bool: "Bool"}
-
-
-def _wrap_dim(dim: int, ndim: int) -> int:
-    n = max(ndim, 1)
-    if not -n <= dim < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {dim})")
-    return dim % n
 
 
 def _check_floating(name: str, kernel: str, *dtypes) -> None:
@@ -106,76 +96,6 @@ def _copy_outs(name: str, results, outs):
         resize_out(out, result.shape)
         out.copy_(result)
     return tuple(outs)
-
-
-# ---------------------------------------------------------------------------------------------
-# softmax
-
-def _softmax_ref(t: torch.Tensor):
-    return device_ref(t, (1,), (0,)) if t.dim() == 0 else device_ref(t)
-
-
-@OVERLOADS.implements("_softmax", "_softmax.out")
-def _softmax(x, dim, half_to_float, out=None, safe=False):
-    name = "aten::_safe_softmax" if safe else "aten::_softmax"
-    device = common_device(name, x) if out is None else common_device(name, x, out)
-    _check_floating(name, "softmax_lastdim_kernel_impl", x.dtype)
-    dtype = x.dtype
-    if half_to_float:
-        if x.dtype not in _REDUCED:
-            raise RuntimeError(f"{name}: conversion is supported for Half and BFloat16 types only "
-                               f"(got {x.dtype} with half_to_float=True)")
-        dtype = torch.float32
-    d = _wrap_dim(dim, x.dim())
-    if out is None:
-        out = torch.empty(x.shape, dtype=dtype, device=_emu(device))
-    else:
-        if out.dtype != dtype:
-            raise RuntimeError(f"{name}: Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
-        resize_out(out, x.shape)
-        check_overlap(name, out, x)
-    if out.numel():
-        _launch(device, "softmax", (_softmax_ref(out), _softmax_ref(x), d) + ((True,) if safe else ()))
-    return out
-
-
-@OVERLOADS.implements("_safe_softmax")
-def safe_softmax(self, dim, dtype=None):
-    """aten::_safe_softmax (scaled_dot_product_attention's softmax): ``softmax(self, dim, dtype)``
-    with the rows whose every element is -inf (fully masked) set to zero, in one kernel instead of
-    CPU's softmax + eq + all + where."""
-    x = self if dtype is None or dtype == self.dtype else self.to(dtype)
-    return _softmax(x, dim, False, safe=True)
-
-
-@OVERLOADS.implements("_softmax_backward_data", "_softmax_backward_data.out")
-def softmax_backward_data(grad_output, output, dim, input_dtype, grad_input=None):
-    name = "aten::_softmax_backward_data"
-    out = grad_input  # the .out form's result tensor
-    tensors = (grad_output, output) if out is None else (grad_output, output, out)
-    device = common_device(name, *tensors)
-    _check_floating(name, "softmax_backward_data", grad_output.dtype, output.dtype, input_dtype)
-    if grad_output.dtype != output.dtype:
-        raise RuntimeError(f"expected scalar type {_CPU_NAMES[output.dtype]} but found "
-                           f"{_CPU_NAMES[grad_output.dtype]}")
-    if input_dtype != output.dtype and not (input_dtype in _REDUCED and output.dtype == torch.float32):
-        raise RuntimeError(f"{name}: expected input and grad types to match, or input to be float16/bfloat16 "
-                           f"and grad to be float32 (got input_dtype {input_dtype}, grad {output.dtype})")
-    if grad_output.shape != output.shape:
-        raise RuntimeError(f"{name}: grad_output shape {list(grad_output.shape)} does not match output shape "
-                           f"{list(output.shape)}")
-    d = _wrap_dim(dim, output.dim())
-    if out is None:
-        out = torch.empty(output.shape, dtype=input_dtype, device=_emu(device))
-    else:
-        if out.dtype != input_dtype:
-            raise RuntimeError(f"{name}: Expected out tensor to have dtype {input_dtype}, but got {out.dtype} "
-                               "instead")
-        resize_out(out, output.shape)
-        check_overlap(name, out, grad_output, output)
-    if out.numel():
-        _launch(device, "softmax_backward", (_softmax_ref(out), _softmax_ref(grad_output), _softmax_ref(output), d))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
