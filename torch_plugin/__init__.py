@@ -19,7 +19,6 @@ import warnings
 from torch_plugin import _compat
 
 _registered = False
-_load_error: Exception | None = None   # why registration failed (autoload warned with it)
 _warned = False
 _lock = threading.RLock()
 
@@ -48,6 +47,14 @@ def _register() -> None:
     with _lock:
         if _registered:
             return
+        failed = _compat.autoload_error
+        if failed is not None:
+            # The autoload already tried and failed, perhaps half way (after torch.emu was set): trying
+            # again would fail on that leftover and hide the cause, so the cause is raised.
+            if isinstance(failed, ImportError):
+                raise failed
+            raise ImportError(f"{_compat.PACKAGE} could not register the emu device when torch loaded it: "
+                              f"{type(failed).__name__}: {failed}") from failed
         import torch
 
         _C = _load_core(torch)
@@ -73,21 +80,22 @@ def _autoload() -> None:
     """Entry point of the ``torch.backends`` group (runs at ``import torch``). It never raises: torch's
     loader would turn any error into a failed ``import torch``. A torch outside the window, or a core
     that cannot load, gives one warning and torch without emu."""
-    global _load_error, _warned
+    global _warned
     try:
         _register()
     except Exception as err:  # noqa: BLE001  (whatever fails, `import torch` must not)
-        _load_error = err
         if _explicit_import:   # `import torch_plugin` is running: it raises the error itself
             return
+        _compat.autoload_error = err
         if not _warned:
             _warned = True
             warnings.warn(f"{err} The emu device is not available in this process.", RuntimeWarning,
                           stacklevel=2)
         # A plugin that did not register must not look imported: a later `import torch_plugin`
-        # runs again and raises the error.
+        # runs again and raises the error (kept in _compat, which stays imported).
         for name in [n for n in sys.modules if n == __name__ or n.startswith(__name__ + ".")]:
-            del sys.modules[name]
+            if name != _compat.__name__:
+                del sys.modules[name]
 
 
 def _torch_is_initializing() -> bool:

@@ -15,6 +15,10 @@ TORCH_WINDOW: tuple[tuple[int, int], ...] = ((2, 12), (2, 13), (2, 14))
 MAIN_TORCH = "2.13.0"     # the release the full suite runs on (Makefile's DEPS, .ci/run)
 PACKAGE = "seed-emu"
 
+# Why the autoload entry point failed to register emu in this process (it warned once with it); a
+# later `import torch_plugin` raises it. Kept here: a failed autoload unloads the rest of the package.
+autoload_error: Exception | None = None
+
 
 # aten operators a series of the window no longer defines (name or name.overload -> the first series
 # without it): the registry leaves them out there instead of failing to register.

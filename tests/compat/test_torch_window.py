@@ -121,6 +121,27 @@ def test_a_core_that_cannot_load_keeps_torch_usable():
     assert "SUM 3.0" in out and "BACKEND privateuseone False" in out
     assert "IMPORT_ERROR TorchVersionError" in out
 
+# A failure after torch.emu is set (a torch whose Python API differs from what a later step expects).
+LATE_FAILURE = (
+    "import importlib.abc, sys\n"
+    "class _Refuse(importlib.abc.MetaPathFinder):\n"
+    "    def find_spec(self, name, path, target=None):\n"
+    "        if name == 'torch_plugin.custom_ops':\n"
+    "            raise AttributeError('late registration step failed')\n"
+    "sys.meta_path.insert(0, _Refuse())\n")
+
+
+def test_an_autoload_that_fails_half_way_names_its_cause_at_import_torch_plugin():
+    """The autoload fails after torch.emu is registered: torch warns once and stays usable, and
+    `import torch_plugin` raises an ImportError with that cause, not the leftover registration."""
+    result = _run(LATE_FAILURE, AFTER_IMPORT)
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr[-3000:]
+    assert "WARNINGS 1" in out and "late registration step failed" in out, out
+    assert "SUM 3.0" in out
+    assert "IMPORT_ERROR ImportError" in out and "AttributeError: late registration step failed" in out, out
+    assert "already been registered" not in out + result.stderr
+
 
 def test_inside_the_window_autoload_registers_emu():
     result = _run("", "import torch\nprint('EMU', torch.ones(2, device='emu').sum().item(), torch.emu.is_available())\n")
