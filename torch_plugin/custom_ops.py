@@ -287,9 +287,12 @@ _register_autocast()
 
 
 # ---------------------------------------------------------------------------------------------
-# mutating operators: in-place (torch.Tag.inplace) and out= (torch.Tag.out)
+# mutating operators: in-place (torch.Tag.inplace) and out= (torch.Tag.out). A custom op that returns
+# the argument it mutates needs those tags, which torch has from 2.13: on 2.12 (in the window) the two
+# operators are not defined, and torch.ops.emu names them as missing (docs/compatibility.md).
+MUTATING_OPS = hasattr(torch.Tag, "inplace") and hasattr(torch.Tag, "out")
 
-@torch.library.custom_op("emu::scaled_add_", mutates_args=("x",), tags=(torch.Tag.inplace,))
+
 def scaled_add_(x: Tensor, other: Tensor, alpha: float) -> Tensor:
     """x += alpha * other, in place (other broadcasts to x's shape); returns x (schema: Tensor(a!))."""
     _check_scaled_add(x, other)
@@ -306,7 +309,6 @@ def _check_scaled_add(x: Tensor, other: Tensor) -> None:
 # mutated argument, whose metadata does not change.)
 
 
-@torch.library.custom_op("emu::square_sum_rows", mutates_args=("out",), tags=(torch.Tag.out,))
 def square_sum_rows(x: Tensor, *, out: Tensor) -> Tensor:
     """out = sum(x^2, dim=-1), written into ``out`` (shape x.shape[:-1], a floating dtype); returns
     out (schema: Tensor(a!))."""
@@ -321,4 +323,11 @@ def _check_square_sum_rows(x: Tensor, out: Tensor) -> None:
         raise RuntimeError(f"emu::square_sum_rows: out must be a floating tensor, got {out.dtype}")
 
 
-OPERATORS = ("emu::fused_add_rms_norm", "emu::row_normalize", "emu::scaled_add_", "emu::square_sum_rows")
+if MUTATING_OPS:
+    scaled_add_ = torch.library.custom_op("emu::scaled_add_", mutates_args=("x",),
+                                          tags=(torch.Tag.inplace,))(scaled_add_)
+    square_sum_rows = torch.library.custom_op("emu::square_sum_rows", mutates_args=("out",),
+                                              tags=(torch.Tag.out,))(square_sum_rows)
+
+OPERATORS = ("emu::fused_add_rms_norm", "emu::row_normalize") + (
+    ("emu::scaled_add_", "emu::square_sum_rows") if MUTATING_OPS else ())
