@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.seed-installed
 SOURCES := pyproject.toml setup.py $(wildcard emulator/kernels/*.pyx emulator/kernels/*.pxi torch_plugin/csrc/*.cpp torch_plugin/csrc/*.h)
-DEPS := torch==2.13.0 numpy simpy scipy ml_dtypes cython setuptools wheel pytest hypothesis expecttest transformers==5.24.0 matplotlib tqdm
+DEPS := torch==2.13.0 numpy simpy scipy ml_dtypes cython setuptools wheel pytest pytest-xdist hypothesis expecttest transformers==5.24.0 matplotlib tqdm
 
 .PHONY: install demo test bench clean compat compat-subset
 
@@ -21,8 +21,12 @@ $(STAMP): $(SOURCES)
 demo: $(STAMP)
 	$(BIN)/python -m torch_plugin.demo
 
+# The suite runs in pytest-xdist workers, one per core up to 4 (TEST_WORKERS=0 runs it in this
+# process), each test file in one worker (--dist loadfile: a file's module fixtures are built once).
+TEST_WORKERS ?= auto
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --maxprocesses=4 --dist loadfile tests
 
 # The compatibility subset (docs/compatibility.md): the demo, the zoo's strict training, one compile,
 # one export round trip, one torchrun job and the torch-window checks. `make compat-subset` runs it on
