@@ -1658,6 +1658,34 @@ def _fused_rms_norm(out: Operand, square_dtype: int, stat_dtype: int, square: st
     _fused_pointwise(out, epilogue, row, *inputs)
 
 
+def _fused_keep(keep: Operand, program: str, n_inputs: int, kind: str, *args):
+    """A value the graph's other users read, computed in the row kernel that also reads it:
+    ``keep = program(args[:n_inputs])`` (the fused_pointwise evaluation), then the row kernel
+    ``kind`` (fused_softmax / fused_layer_norm / fused_rms_norm) on ``args[n_inputs:]``, whose
+    inputs include keep. A transformer's residual sum is the case: ``h = x + attn`` feeds the
+    norm and the next residual add, and both are one launch."""
+    if kind not in _KEEP_KINDS:
+        raise KernelArgumentError(f"fused_keep: {kind!r} is not a row kernel (one of {sorted(_KEEP_KINDS)})")
+    _fused_pointwise(keep, program, *args[:n_inputs])
+    KERNELS[kind].run(*args[n_inputs:])
+
+
+def _fused_keep_cost(device, keep: Operand, program: str, n_inputs: int, kind: str, *args):
+    # The two passes' costs added: the pre-pass reads its inputs once and writes keep once; the row
+    # kernel's cost is its own, its read of keep counted as HBM traffic (conservative: rows that fit
+    # the scratchpad would stay on chip). What fusing saves is the second launch.
+    if kind not in _KEEP_KINDS:
+        raise KernelArgumentError(f"fused_keep: {kind!r} is not a row kernel (one of {sorted(_KEEP_KINDS)})")
+    pre = _fused_pointwise_cost(device, keep, program, *args[:n_inputs])
+    row = KERNELS[kind].cost(device, *args[n_inputs:])
+    ns = pre.ns + row.ns
+    return row._replace(ns=ns, nbytes=pre.nbytes + row.nbytes, flops=pre.flops + row.flops,
+                        cycles=round(ns * device.config.clock_ghz), cache_bytes=pre.cache_bytes + row.cache_bytes)
+
+
+_KEEP_KINDS = frozenset(("fused_softmax", "fused_layer_norm", "fused_rms_norm"))
+
+
 def _fused_add_rms_norm(out: Operand, new_residual: Operand, x: Operand, residual: Operand, weight: Operand,
                         eps: float):
     rows = prod(x.shape[:-1])
@@ -2085,6 +2113,7 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in (
     Kernel("fused_softmax", "vector", _fused_softmax, _fused_row_cost(4.0, 4, (3, 5))),
     Kernel("fused_layer_norm", "vector", _fused_layer_norm, _fused_row_cost(4.0, 7, (7, 9))),
     Kernel("fused_rms_norm", "vector", _fused_rms_norm, _fused_row_cost(1.0, 1, (3, 4))),
+    Kernel("fused_keep", "vector", _fused_keep, _fused_keep_cost),
     # add + sum of squares + scale per element (the norm kernels' rate for the statistics pass)
     Kernel("fused_add_rms_norm", "vector", _fused_add_rms_norm, _row_kernel_cost(4.0, 5)),
     Kernel("row_normalize", "vector", _row_normalize, _row_kernel_cost(3.0, 3)),

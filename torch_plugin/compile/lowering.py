@@ -13,7 +13,8 @@ Steps:
   ``row``       softmax / layer norm with its producer chain and/or consumer chain: ONE
                 ``fused_softmax`` / ``fused_layer_norm`` launch (``_row_fusion_of``); RMS norm
                 (a last-dimension mean between two chains): ONE ``fused_rms_norm`` launch
-                (``_rms_fusion_of``);
+                (``_rms_fusion_of``); a row step that also computes one of its inputs read by
+                other steps (a residual sum, ``_keep_of``): ONE ``fused_keep`` launch;
   ``aten``      any other op, through the dispatcher (its native kernels, or its path as eager).
 
 A producer with several users is recomputed inside each of them when fusion.recompute_pays says
@@ -88,13 +89,55 @@ def _end(op: str, record) -> None:
         registry.end_op(record, registry.NATIVE)
 
 
-class Step:
-    __slots__ = ("kind", "node", "reads", "fn", "free_after", "slot")
+def _reads_with(reads, kept) -> tuple:
+    """A row step's reads when it computes a kept value: that value's leaves instead of it."""
+    if kept is None:
+        return tuple(reads)
+    node, leaves = kept[0], kept[1]
+    return tuple(dict.fromkeys(r for r in (*leaves, *reads) if r is not node))
 
-    def __init__(self, kind, node, reads, fn):
+
+def _compute_kept(env, kept):
+    """Allocates a row step's kept value and puts it in env (the row kernel fills it): (tensor,
+    its inputs, program); None without one."""
+    if kept is None:
+        return None
+    node, leaves, program, dtype = kept
+    inputs = [env[leaf] for leaf in leaves]
+    shape = broadcast_shape(*[tuple(t.shape) for t in inputs])
+    value = env[node] = torch.empty(shape, dtype=dtype, device=inputs[0].device)
+    return value, inputs, program
+
+
+def _launch_row(kind, args, kept_value, device):
+    """The row kernel ``kind`` (``args`` None: nothing to compute), computing the kept value first
+    in the same launch (``fused_keep``) when there is one."""
+    stream = current_stream(device)
+    if kept_value is None:
+        if args is not None:
+            rt().launch(kind, args, stream)
+        return
+    value, inputs, program = kept_value
+    if not value.numel():
+        if args is not None:
+            rt().launch(kind, args, stream)
+        return
+    shape = tuple(value.shape)
+    refs = [device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs]
+    if args is None:
+        rt().launch("fused_pointwise", (device_ref(value), program, *refs), stream)
+    else:
+        rt().launch("fused_keep", (device_ref(value), program, len(refs), kind, *refs, *args), stream)
+
+
+class Step:
+    __slots__ = ("kind", "node", "reads", "fn", "free_after", "slot", "defines")
+
+    def __init__(self, kind, node, reads, fn, defines=()):
         self.kind, self.node, self.reads, self.fn = kind, node, reads, fn
         self.free_after: tuple = ()
         self.slot: int | None = None
+        self.defines: tuple = defines   # other values its fn puts in env (a row step's kept value)
 
 
 class DeviceProgram:
@@ -107,7 +150,7 @@ class DeviceProgram:
         self.output_args = None
         self.stats = {"fused_kernels": 0, "fused_ops": 0, "epilogues": 0, "aten_ops": 0, "planned_buffers": 0,
                       "buffer_slots": 0, "constant_steps": 0, "row_fusions": 0, "bmm_epilogues": 0,
-                      "fused_attention": 0, "rms_norm_fusions": 0}
+                      "fused_attention": 0, "rms_norm_fusions": 0, "kept_values": 0}
         self._lower()
         self._constants: dict = {}      # step node -> its value, kept from the first run
         self._find_constants()
@@ -122,6 +165,32 @@ class DeviceProgram:
 
     # -- lowering -------------------------------------------------------------------
     def _lower(self):
+        """Lowers the graph; a kept value (``_keep_of``) that a step before its row step reads is
+        lowered again without being kept (its own step then computes it, as before)."""
+        self._no_keep: set = set()
+        initial = dict(self.stats)
+        while True:
+            self._lower_once()
+            defined = {n: i for i, step in enumerate(self.steps) for n in step.defines}
+            early = {r for i, step in enumerate(self.steps) for r in step.reads if defined.get(r, -1) > i}
+            if not early:
+                return
+            self._no_keep |= early
+            self.steps, self.placeholders, self.stats, self._claimed = [], [], dict(initial), None
+
+    def _keep_of(self, leaves, roots, epilogues, absorbed, claimed):
+        """The leaf of a row step to compute inside it (``fused_keep``): an elementwise chain that
+        other steps read too (a residual sum ``h = x + attn``, read by the norm and by the next
+        residual add), not a matmul's epilogue and nobody's prologue. The row kernel writes it
+        once for its other readers and reads it itself: one launch instead of two."""
+        for leaf in leaves:
+            if leaf in roots and leaf not in epilogues and leaf not in claimed and leaf not in absorbed \
+                    and leaf not in self._no_keep and fusion._is_emu_tensor(value_of(leaf)) \
+                    and len(roots[leaf].leaves) <= fusion.MAX_INPUTS:
+                return leaf
+        return None
+
+    def _lower_once(self):
         nodes = list(self.gm.graph.nodes)
         output = next(n for n in nodes if n.op == "output")
         self.output_args = output.args[0]
@@ -187,15 +256,17 @@ class DeviceProgram:
         for node in nodes:
             found = self._row_fusion_of(node, roots, epilogues, absorbed, outputs)
             if found is not None:
-                rows[found[-1]] = found
-                absorbed.update(n for n in found[:4] if n is not None)
-                absorbed.discard(found[-1])
+                rows[found[5]] = found
+                absorbed.update(n for n in (*found[:4], found[6]) if n is not None)
+                absorbed.discard(found[5])
         norms = {}
         for node in nodes:
             found = self._rms_fusion_of(node, roots, epilogues, absorbed, outputs)
             if found is not None:
                 norms[found[2]] = found
                 absorbed.update(n for n in found[:2] if n in roots or n is found[0])
+                if found[3] is not None:
+                    absorbed.add(found[3])
         groups = {n: e for n, e in roots.items() if n in epilogues or e.ops >= 2}
         for node in nodes:
             if node.op == "placeholder":
@@ -294,16 +365,30 @@ class DeviceProgram:
             if user in roots and user not in epilogues and user not in claimed and user not in absorbed \
                     and uv is not None and uv.dtype == out.dtype and tuple(uv.shape) == tuple(out.shape):
                 epilogue = user
-        if prologue is None and epilogue is None:
+        leaves = (*(roots[prologue].leaves if prologue is not None else (x,)),
+                  *(roots[epilogue].leaves if epilogue is not None else ()))
+        keep = self._keep_of(leaves, roots, epilogues, absorbed, claimed | {prologue, epilogue})
+        if prologue is None and epilogue is None and keep is None:
             return None
         if epilogue is None:
             getitem = None
-        claimed.update(n for n in (prologue, epilogue) if n is not None)
+        claimed.update(n for n in (prologue, epilogue, keep) if n is not None)
         expr = roots[prologue] if prologue is not None else fusion.leaf_expr(x)
         last = epilogue if epilogue is not None else node
-        return node, prologue, getitem, epilogue, expr, last
+        return node, prologue, getitem, epilogue, expr, last, keep
 
-    def _row_step(self, node, prologue, getitem, epilogue, expr, last):
+    def _kept(self, keep):
+        """What a row step needs to compute its kept value: (node, leaves, program, dtype); None
+        without one."""
+        if keep is None:
+            return None
+        expr = self._roots[keep]
+        leaves = tuple(expr.leaves)
+        self.stats["kept_values"] += 1
+        self.stats["fused_ops"] += expr.ops
+        return keep, leaves, expr.program({leaf: i for i, leaf in enumerate(leaves)}), value_of(keep).dtype
+
+    def _row_step(self, node, prologue, getitem, epilogue, expr, last, keep=None):
         pro_leaves = tuple(expr.leaves)
         pro_program = expr.program({leaf: i for i, leaf in enumerate(pro_leaves)})
         result = getitem if getitem is not None else node
@@ -330,9 +415,11 @@ class DeviceProgram:
         self.stats["row_fusions"] += 1
         self.stats["fused_ops"] += expr.ops + 1 + (self._roots[epilogue].ops if epilogue is not None else 0)
         kind = "fused_layer_norm" if is_norm else "fused_softmax"
-        step = Step("row", last, reads, None)
+        kept = self._kept(keep)
+        step = Step("row", last, _reads_with(reads, kept), None, defines=(keep,) if keep is not None else ())
 
         def run(env):
+            kept_value = _compute_kept(env, kept)
             pro_inputs = [env[leaf] for leaf in pro_leaves]
             epi_inputs = [env[leaf] for leaf in epi_leaves]
             device = pro_inputs[0].get_device()
@@ -346,18 +433,16 @@ class DeviceProgram:
                 mean = torch.empty(outer + (1,) * (len(x_shape) - axis), dtype=stat_dtype, device=emu)
                 rstd = torch.empty(mean.shape, dtype=stat_dtype, device=emu)
                 w, b = (None if p is None else env[p] for p in (weight, bias))
-                if mean.numel():
-                    rt().launch(kind, (device_ref(out), device_ref(mean, outer, mean.stride()[:axis]),
-                                       device_ref(rstd, outer, rstd.stride()[:axis]),
-                                       None if w is None else device_ref(w, x_shape, broadcast_strides(w, x_shape)),
-                                       None if b is None else device_ref(b, x_shape, broadcast_strides(b, x_shape)),
-                                       axis, float(eps), pro_program, len(pro_inputs), epi_program, *refs),
-                                current_stream(device))
+                _launch_row(kind, (device_ref(out), device_ref(mean, outer, mean.stride()[:axis]),
+                                   device_ref(rstd, outer, rstd.stride()[:axis]),
+                                   None if w is None else device_ref(w, x_shape, broadcast_strides(w, x_shape)),
+                                   None if b is None else device_ref(b, x_shape, broadcast_strides(b, x_shape)),
+                                   axis, float(eps), pro_program, len(pro_inputs), epi_program, *refs)
+                            if mean.numel() else None, kept_value, device)
                 value = out if epilogue is not None else (out, mean, rstd)
             else:
-                if out.numel():
-                    rt().launch(kind, (device_ref(out), dim, safe, pro_program, len(pro_inputs), epi_program, *refs),
-                                current_stream(device))
+                _launch_row(kind, (device_ref(out), dim, safe, pro_program, len(pro_inputs), epi_program, *refs)
+                            if out.numel() else None, kept_value, device)
                 value = out
             _end("compiled::" + kind, record)
             return value
@@ -407,9 +492,12 @@ class DeviceProgram:
         if len(leaves) + 1 > fusion.MAX_INPUTS:
             return None
         claimed.update(n for n in (x, user) if n in roots)
-        return node, x, user
+        keep = self._keep_of(leaves, roots, epilogues, absorbed, claimed)
+        if keep is not None:
+            claimed.add(keep)
+        return node, x, user, keep
 
-    def _rms_step(self, mean, x, epilogue):
+    def _rms_step(self, mean, x, epilogue, keep=None):
         square = self._roots[x] if x in self._roots else fusion.leaf_expr(x)
         epi = self._roots[epilogue]
         leaves = tuple(dict.fromkeys((*square.leaves, *(leaf for leaf in epi.leaves if leaf is not mean))))
@@ -420,18 +508,19 @@ class DeviceProgram:
         self.stats["row_fusions"] += 1
         self.stats["rms_norm_fusions"] += 1
         self.stats["fused_ops"] += square.ops + 1 + epi.ops
-        step = Step("row", epilogue, leaves, None)
+        kept = self._kept(keep)
+        step = Step("row", epilogue, _reads_with(leaves, kept), None, defines=(keep,) if keep is not None else ())
 
         def run(env):
+            kept_value = _compute_kept(env, kept)
             inputs = [env[leaf] for leaf in leaves]
             device = inputs[0].get_device()
             shape = broadcast_shape(*[tuple(t.shape) for t in inputs])   # (the sizes may be symbolic at lowering)
             out = torch.empty(shape, dtype=out_dtype, device=torch.device("emu", device))
             record = _begin("compiled::fused_rms_norm", inputs)
-            if out.numel():
-                rt().launch("fused_rms_norm", (device_ref(out), square_dtype, stat_dtype, square_program, epi_program,
-                                               *[device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs]),
-                            current_stream(device))
+            _launch_row("fused_rms_norm", (device_ref(out), square_dtype, stat_dtype, square_program, epi_program,
+                                           *[device_ref(t, shape, broadcast_strides(t, shape)) for t in inputs])
+                        if out.numel() else None, kept_value, device)
             _end("compiled::fused_rms_norm", record)
             return out
         step.fn = run
@@ -548,8 +637,8 @@ class DeviceProgram:
         for step in self.steps:
             node = step.node
             target = node.target
-            if step.kind == "attr" or node.op != "call_function":
-                continue
+            if step.kind == "attr" or node.op != "call_function" or step.defines:
+                continue   # (a step that also defines a kept value runs on every call)
             if any(r not in constant for r in step.reads):
                 continue
             schema = getattr(target, "_schema", None)

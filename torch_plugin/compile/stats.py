@@ -9,6 +9,8 @@ epilogues         matmuls with their elementwise consumer fused in (one matmul_e
 bmm_epilogues     of those, bmms (one bmm_epilogue launch)
 row_fusions       softmaxes and layer norms fused with their producer and/or consumer chain, and
                   RMS norms (of those, rms_norm_fusions: one fused_rms_norm launch each)
+kept_values       of those, row steps that also compute a value other steps read (a residual sum
+                  feeding the norm and the next residual add): one fused_keep launch for both
 fused_attention   SDPA calls (forward and backward) run as the fused attention kernel's ops
 aten_ops          ops the programs run through the dispatcher (their own kernels, or their path)
 planned_buffers   fused results given a planned slot; buffer_slots: the slots they share
@@ -68,7 +70,7 @@ def compile_stats() -> dict:
     keys = ("graphs_compiled", "recompiles", "graph_breaks", "fused_kernels", "fused_ops", "epilogues", "aten_ops",
             "planned_buffers", "buffer_slots", "constant_steps", "outside_program", "captures", "refused_captures",
             "segments", "boundaries", "captured_commands", "pool_bytes", "replays", "replayed_segments",
-            "row_fusions", "bmm_epilogues", "fused_attention", "rms_norm_fusions")
+            "row_fusions", "bmm_epilogues", "fused_attention", "rms_norm_fusions", "kept_values")
     with _lock:
         result = {k: _counts.get(k, 0) for k in keys}
     result["graph_breaks"] = _dynamo_graph_breaks() - _graph_breaks_at_reset
