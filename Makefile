@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.seed-installed
 SOURCES := pyproject.toml setup.py $(wildcard emulator/kernels/*.pyx emulator/kernels/*.pxi torch_plugin/csrc/*.cpp torch_plugin/csrc/*.h)
-DEPS := torch==2.13.0 numpy simpy scipy ml_dtypes cython setuptools wheel pytest pytest-xdist hypothesis expecttest transformers==5.24.0 matplotlib tqdm
+DEPS := torch==2.13.0 numpy simpy scipy ml_dtypes cython setuptools wheel build pytest pytest-xdist hypothesis expecttest transformers==5.24.0 matplotlib tqdm
 
 .PHONY: install demo test bench clean compat compat-subset
 

@@ -1,7 +1,8 @@
 """Builds the device kernel library (Cython) and the torch_plugin C++ core at install time.
 
-Install with ``pip install --no-build-isolation -e .`` so the C++ core compiles
-against the torch already installed (a build-isolated env would fetch another one).
+The development install is ``pip install --no-build-isolation -e .`` (the C++ core compiles against the
+torch already installed); a build-isolated ``pip install .`` or ``python -m build`` gets its torch from
+tools/seed_build_backend.py.
 """
 import glob
 import os
@@ -13,10 +14,22 @@ import sysconfig
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 import numpy  # noqa: E402
-import torch  # noqa: E402
 from Cython.Build import cythonize  # noqa: E402
 from setuptools import Extension, setup  # noqa: E402
-from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
+
+# Asking for the build's requirements (egg_info), writing metadata (dist_info) and the sdist need no
+# compiler and no torch: a build-isolated environment installs torch (tools/seed_build_backend.py
+# names which) only after its backend has run setup.py for egg_info.
+_COMPILING = ("build", "build_ext", "bdist_wheel", "bdist_egg", "editable_wheel", "develop", "install")
+METADATA_ONLY = not any(arg in _COMPILING for arg in sys.argv[1:])
+try:
+    import torch  # noqa: E402
+    from torch.utils.cpp_extension import BuildExtension, CppExtension  # noqa: E402
+except ImportError as missing:
+    if not METADATA_ONLY:
+        raise SystemExit(f"seed: building the kernels and the C++ core needs torch installed where the build "
+                         f"runs ({missing}); see docs/compatibility.md for the supported torch window") from None
+    torch = None
 
 # The editable install (PEP 660's editable_wheel, or develop) and build_ext --inplace put the modules
 # beside their sources; a wheel or sdist build does not.
@@ -58,7 +71,7 @@ if len(kernel_extensions) < len(kernel_sources):
     print(f"seed: {len(kernel_sources) - len(kernel_extensions)} of {len(kernel_sources)} kernel modules are built "
           f"in place and up to date; compiling {len(kernel_extensions)}")
 
-plugin_core = CppExtension(
+plugin_core = None if torch is None else CppExtension(
     "torch_plugin._C",
     sorted(glob.glob("torch_plugin/csrc/*.cpp")),
     # kineto's headers (the profiler's child activity profiler, profiler.cpp) include each other by bare name
@@ -66,9 +79,16 @@ plugin_core = CppExtension(
     extra_compile_args=["-O2"],
 )
 
+if METADATA_ONLY:  # the sdist carries the sources (MANIFEST.in); nothing is translated or compiled
+    ext_modules, cmdclass = [], {}
+else:
+    ext_modules = (cythonize(kernel_extensions, language_level=3, quiet=True, nthreads=JOBS)
+                   if kernel_extensions else []) + [plugin_core]
+    cmdclass = {"build_ext": BuildExtension.with_options(use_ninja=False)}
+
 setup(
-    ext_modules=(cythonize(kernel_extensions, language_level=3, quiet=True, nthreads=JOBS) if kernel_extensions else []) + [plugin_core],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=False)},
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
     # the extensions compile side by side, one per core (EMU_BUILD_JOBS overrides)
     options={"build_ext": {"parallel": JOBS}},
 )
