@@ -3,8 +3,8 @@
 For each case it prints the wall time per call, a reference measured in this
 run, their ratio, and the modelled (projected) device time per call. Targets:
 a tiny device op (``add_`` on 16 floats, synchronised, steady state) costs at
-most 15x a CPU ``add_`` of the same size (issue #5; it was 30x a CPU ``copy_``
-in issue #2); 1 MiB and 256 MiB copies stay within 3x of a host memcpy of the
+most 8x a CPU ``add_`` of the same size (issue 22; 15x in issue #5, 30x a CPU
+``copy_`` in issue #2; it measures about 14x, over the target); 1 MiB and 256 MiB copies stay within 3x of a host memcpy of the
 same bytes (one ``memmove`` call, as ``ctypes.memmove``). A tiny op with a
 Python scalar (``x * 2.0``, which allocates its output) is reported against a
 CPU ``x * 2.0``, without a target.
@@ -70,7 +70,7 @@ def tiny_op_case(repeats):
     cpu_add = best_of(lambda: a_cpu.add_(b_cpu), repeats, 2000)
     device_op = best_of(_burst(lambda: a.add_(b), calls), repeats, 1) / calls
     ok = report("tiny device op (add_, 16 floats)", device_op, cpu_add,
-                modelled_ns_per_call(lambda: a.add_(b), 200), 15)
+                modelled_ns_per_call(lambda: a.add_(b), 200), 8)
     cpu_scalar = best_of(lambda: a_cpu * 2.0, repeats, 2000)
     device_scalar = best_of(_burst(lambda: a * 2.0, calls), repeats, 1) / calls
     report("tiny op with a scalar (x * 2.0)", device_scalar, cpu_scalar,
