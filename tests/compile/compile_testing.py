@@ -20,6 +20,19 @@ def kernels_launched(fn):
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
+def emu_randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, dtype=dtype).to("emu")
+
+
+def llama_rms_norm(x, weight, eps=1e-6):
+    """transformers' LlamaRMSNorm, written out: float32 inside, cast back, weight on the left."""
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + eps)
+    return weight * h.to(dtype)
+
+
 def compiled_equals_eager(fn, *args):
     """Compiles fn, calls it three times (capture, then replays), each call equal to eager
     exactly; returns (compile_stats, kernels of the last call)."""

@@ -10,18 +10,8 @@ import torch_plugin  # noqa: F401
 from emulator.errors import KernelArgumentError
 from torch_plugin.compile import compile_stats, reset_compile_stats
 
-from compile_testing import DTYPES, kernels_launched
-
-
-def _emu(*shape, dtype=torch.float32):
-    return torch.randn(*shape, dtype=dtype).to("emu")
-
-
-def llama_rms_norm(x, weight, eps=1e-6):
-    dtype = x.dtype
-    h = x.to(torch.float32)
-    variance = h.pow(2).mean(-1, keepdim=True)
-    return weight * (h * torch.rsqrt(variance + eps)).to(dtype)
+from compile_testing import DTYPES, kernels_launched, llama_rms_norm
+from compile_testing import emu_randn as _emu
 
 
 def _compiled_equals_eager(fn, *args):

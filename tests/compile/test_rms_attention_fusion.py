@@ -10,19 +10,8 @@ import torch.nn.functional as F
 import torch_plugin  # noqa: F401
 from torch_plugin.compile import compile_stats, reset_compile_stats
 
-from compile_testing import DTYPES, compiled_equals_eager, kernels_launched
-
-def _emu(*shape, dtype=torch.float32):
-    return torch.randn(*shape, dtype=dtype).to("emu")
-
-
-def llama_rms_norm(x, weight, eps=1e-6):
-    """transformers' LlamaRMSNorm, written out: float32 inside, cast back, weight on the left."""
-    dtype = x.dtype
-    h = x.to(torch.float32)
-    variance = h.pow(2).mean(-1, keepdim=True)
-    h = h * torch.rsqrt(variance + eps)
-    return weight * h.to(dtype)
+from compile_testing import DTYPES, compiled_equals_eager, kernels_launched, llama_rms_norm
+from compile_testing import emu_randn as _emu
 
 
 def plain_rms_norm(x, weight, eps=1e-5):
