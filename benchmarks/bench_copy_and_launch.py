@@ -4,7 +4,7 @@ For each case it prints the wall time per call, a reference measured in this
 run, their ratio, and the modelled (projected) device time per call. Targets:
 a tiny device op (``add_`` on 16 floats, synchronised, steady state) costs at
 most 8x a CPU ``add_`` of the same size (issue 22; 15x in issue #5, 30x a CPU
-``copy_`` in issue #2; it measures about 14x, over the target); 1 MiB and 256 MiB copies stay within 3x of a host memcpy of the
+``copy_`` in issue #2; it measures about 10x, over the target); 1 MiB and 256 MiB copies stay within 3x of a host memcpy of the
 same bytes (one ``memmove`` call, as ``ctypes.memmove``). A tiny op with a
 Python scalar (``x * 2.0``, which allocates its output) is reported against a
 CPU ``x * 2.0``, without a target.

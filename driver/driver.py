@@ -301,9 +301,15 @@ class Driver:
         resolved = []
         cache = queue.context.descriptors
         cached = cache._data  # _checked_descriptor and LRUCache.get, inlined: the hot path of every op
+        last = last_desc = None  # an in-place op names its output twice: looked up once
         for a in args:
             kind = type(a)
             if kind is TensorRef:
+                if a is last:
+                    a = last_desc
+                    resolved.append(a)
+                    continue
+                last = a
                 try:
                     desc = cached.get(a)
                 except TypeError:  # unhashable contents: let validation say what is wrong
@@ -314,7 +320,7 @@ class Driver:
                         cache.put(a, desc)
                     else:
                         cached.move_to_end(a)
-                a = desc
+                a = last_desc = desc
             elif kind not in _LAUNCH_ARG_TYPES:
                 raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
             resolved.append(a)

@@ -858,8 +858,13 @@ class FirmwareInstance:
         engines = ((device.launch_lane,) if launch_ns else ()) + tuple(cost.engines)
         static = (cost.bound, max(1, min(cost.cores, device.config.cores)), cost.tiling, engines, dtype)
         power = (decided.dynamic_j, decided.static_w, decided.clock_ghz, decided.throttled)
-        return (generation, kernel.run, device.engine(kernel.engine).timeline, unit, label,
-                tuple(operands), cost.ns, cost.nbytes, cost.flops, launch_ns, hbm_ns, static, power)
+        operands = tuple(operands)
+        run = kernel.run
+        bind = getattr(run, "bind", None)
+        if bind is not None:  # the kernel reads its operands' fields once, here
+            run, operands = bind(*operands), ()
+        return (generation, run, device.engine(kernel.engine).timeline, unit, label,
+                operands, cost.ns, cost.nbytes, cost.flops, launch_ns, hbm_ns, static, power)
 
     def byte_counters(self) -> dict:
         """Bytes moved so far: HBM (kernels' operand traffic, and copies' reads and writes), this

@@ -15,6 +15,7 @@ are counted at their real (deduplicated) size.
 from __future__ import annotations
 
 import array
+import functools
 import importlib
 from dataclasses import dataclass
 from math import prod
@@ -65,7 +66,10 @@ class Cost(NamedTuple):
 class Kernel:
     name: str
     engine: str                          # "vector" | "matrix"
-    run: Callable                        # run(*args) on resolved operands
+    # run(*args) on resolved operands. A run may carry ``run.bind(*args)``: a callable of no
+    # arguments that does what run(*args) does, with the operands' fields already read (the
+    # firmware decodes a repeated launch once and keeps it). A kernel given another run loses it.
+    run: Callable
     cost: Callable                       # cost(device, *args) -> Cost
 
 
@@ -250,9 +254,28 @@ def _pointwise_cost(arity: int):
     return cost
 
 
+def _bind_binary(op: str, out: Operand, a, b, compute_dtype: int, alpha):
+    """_binary with its operands read once: the compiled kernel itself, no Python frame per run."""
+    if type(out) is not Operand or type(a) is not Operand or type(b) is not Operand:
+        return functools.partial(_binary, op, out, a, b, compute_dtype, alpha)  # an immediate's register lives per run
+    return functools.partial(_module('elementwise').binary, op, out.addr, out.dtype, out.strides, a.addr, a.dtype,
+                             a.strides, b.addr, b.dtype, b.strides, out.shape, compute_dtype, alpha)
+
+
+def _bind_unary(op: str, out: Operand, a: Operand, compute_dtype: int):
+    if type(out) is not Operand or type(a) is not Operand:
+        return functools.partial(_unary, op, out, a, compute_dtype)
+    return functools.partial(_module('elementwise').unary, op, out.addr, out.dtype, out.strides, a.addr, a.dtype,
+                             a.strides, out.shape, compute_dtype)
+
+
 def _unary(op: str, out: Operand, a: Operand, compute_dtype: int):
     _module('elementwise').unary(op, out.addr, out.dtype, out.strides, a.addr, a.dtype, a.strides,
                         out.shape, compute_dtype)
+
+
+_binary.bind = _bind_binary
+_unary.bind = _bind_unary
 
 
 def _threshold_backward(out: Operand, grad: Operand, x: Operand, compute_dtype: int, threshold):

@@ -34,6 +34,10 @@ void set_bridge(const pybind11::object& obj);
 // i.e. when it is safe to call into Python at all.
 bool bridge_usable() noexcept;
 
+// Adds _set_tensor_ref, _tensor_ref and _binary_refs (tensor_ref.cpp: operand descriptors built in
+// C++, the hot path of every op) to the module.
+void add_tensor_ref_functions(PyObject* module);
+
 // The registered bridge; raises a clear error when none is registered.
 // Caller must hold the GIL.
 pybind11::object& bridge();

@@ -89,6 +89,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_get_backend_meta", &emu::get_backend_meta, py::arg("tensor"),
         "The emu tensor's backend metadata tags ({name: bool}).");
 
+  emu::add_tensor_ref_functions(m.ptr());
+
   m.def("_is_pinned_ptr", [](uint64_t ptr) { return emu::is_pinned_ptr(emu::va_ptr(ptr)); },
         py::arg("ptr"));
 }

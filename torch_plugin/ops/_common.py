@@ -22,11 +22,20 @@ _TensorRef = runtime.TensorRef
 _new_tuple = tuple.__new__  # builds the namedtuple without its Python-level __new__ (hot path)
 
 
-def device_ref(t: torch.Tensor, shape=None, strides=None) -> runtime.TensorRef:
-    """Descriptor of an emu tensor (its data_ptr already includes the storage offset)."""
+def _device_ref_py(t: torch.Tensor, shape=None, strides=None) -> runtime.TensorRef:
+    """Descriptor of an emu tensor (its data_ptr already includes the storage offset), in Python:
+    what the C++ core's ``_tensor_ref`` (``device_ref``) builds, for the test that compares them."""
     return _new_tuple(_TensorRef, (False, t.get_device(), t.data_ptr(), TO_CODE[t.dtype],
-                                   t.shape if shape is None else shape,  # the driver makes it a tuple
-                                   t.stride() if strides is None else strides))
+                                   tuple(t.shape) if shape is None else shape,  # the driver makes it a tuple
+                                   tuple(t.stride()) if strides is None else strides))
+
+
+# device_ref(t, shape=None, strides=None): the descriptor of an emu tensor, read from the at::Tensor
+# in one C++ call (csrc/tensor_ref.cpp; five binding calls per operand in Python). binary_refs(a, b,
+# flags): both descriptors when a and b are the binary ops' common case, else None.
+_C._set_tensor_ref(_TensorRef, TO_CODE)
+device_ref = _C._tensor_ref
+binary_refs = _C._binary_refs
 
 
 def host_ref(t: torch.Tensor) -> runtime.TensorRef:

@@ -11,8 +11,9 @@ import torch
 
 from torch_plugin._dtypes import FLOATING, SUPPORTED, TO_CODE
 from torch_plugin.errors import unsupported_dtype
-from torch_plugin.ops._common import (broadcast_shape, broadcast_strides, check_overlap, common_device,
-                                      current_stream, device_ref, empty_like_layout, prepare_out, rt)
+from torch_plugin.ops._common import (binary_refs, broadcast_shape, broadcast_strides, check_overlap,
+                                      common_device, current_stream, device_ref, empty_like_layout,
+                                      prepare_out, rt)
 from torch_plugin.ops._overloads import Overloads
 
 OVERLOADS = Overloads(__name__)
@@ -89,11 +90,32 @@ _is_alias_of = torch._C._is_alias_of
 _INPLACE_NAMES = {op: f"aten::{op}_" for op in ("add", "sub", "mul", "div")}
 
 
+_IN_PLACE = 1  # binary_refs' flags (csrc/tensor_ref.cpp)
+_NO_REDUCED_0DIM = {"mul": 2, "div": 2}
+
+
 def _binary(op: str, a, b, alpha=1, out=None):
     # The common case first, in as few Python operations as possible (it runs on every step of a
     # training loop): two emu tensors of one floating dtype, one shape and one device, functional
     # or in place. Its result dtype is theirs, with no scalar, cast, broadcast or alpha rule to
-    # apply; everything else takes the general path below.
+    # apply; everything else takes the general path below. binary_refs decides it in C++ and
+    # builds both descriptors; it answers None for a case with no elements or one that could
+    # overlap, which the Python test below takes.
+    if out is None:
+        refs = binary_refs(a, b, _NO_REDUCED_0DIM.get(op, 0))
+        if refs is not None:
+            ref_a, ref_b = refs
+            device = ref_a[1]
+            out = empty_like_layout(a.shape, a.dtype, device, a, b)
+            rt().launch("binary", (op, device_ref(out), ref_a, ref_b, ref_a[3], alpha), current_stream(device))
+            return out
+    elif out is a:
+        refs = binary_refs(a, b, _IN_PLACE | _NO_REDUCED_0DIM.get(op, 0))
+        if refs is not None:
+            ref_a, ref_b = refs  # out is a: one descriptor serves both
+            device = ref_a[1]
+            rt().launch("binary", (op, ref_a, ref_a, ref_b, ref_a[3], alpha), current_stream(device))
+            return out
     if (isinstance(a, _Tensor) and isinstance(b, _Tensor) and (out is None or out is a)
             and a.dtype is b.dtype and a.dtype in FLOATING and a.shape == b.shape):
         device = a.get_device()
