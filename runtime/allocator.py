@@ -101,29 +101,46 @@ class Stats:
             current[i] -= amount
             freed[i] += amount
 
-    # The hot paths' updates, unrolled (the same as increase/decrease with these changes).
+    # The hot paths' updates, unrolled (the same as increase/decrease with these changes): a loop
+    # over (statistic, amount) pairs built on every call cost more than the allocation itself.
     def on_malloc(self, pool: int, size: int, nbytes: int) -> None:
         """increase(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, size), (ACTIVE, 1), (ACTIVE_BYTES, size),
         (REQUESTED_BYTES, nbytes)))"""
         current, peak, allocated = self.current, self.peak, self.allocated
-        for i, amount in ((ALLOCATION, 1), (ALLOCATION + pool, 1), (ALLOCATED_BYTES, size),
-                          (ALLOCATED_BYTES + pool, size), (ACTIVE, 1), (ACTIVE + pool, 1),
-                          (ACTIVE_BYTES, size), (ACTIVE_BYTES + pool, size), (REQUESTED_BYTES, nbytes),
-                          (REQUESTED_BYTES + pool, nbytes)):
-            value = current[i] + amount
-            current[i] = value
-            allocated[i] += amount
+        for i in (ALLOCATION, ALLOCATION + pool, ACTIVE, ACTIVE + pool):
+            value = current[i] = current[i] + 1
+            allocated[i] += 1
+            if value > peak[i]:
+                peak[i] = value
+        for i in (ALLOCATED_BYTES, ALLOCATED_BYTES + pool, ACTIVE_BYTES, ACTIVE_BYTES + pool):
+            value = current[i] = current[i] + size
+            allocated[i] += size
+            if value > peak[i]:
+                peak[i] = value
+        for i in (REQUESTED_BYTES, REQUESTED_BYTES + pool):
+            value = current[i] = current[i] + nbytes
+            allocated[i] += nbytes
             if value > peak[i]:
                 peak[i] = value
 
     def on_free(self, pool: int, size: int, requested: int) -> None:
         """decrease(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, size), (REQUESTED_BYTES, requested)))"""
         current, freed = self.current, self.freed
-        for i, amount in ((ALLOCATION, 1), (ALLOCATION + pool, 1), (ALLOCATED_BYTES, size),
-                          (ALLOCATED_BYTES + pool, size), (REQUESTED_BYTES, requested),
-                          (REQUESTED_BYTES + pool, requested)):
-            current[i] -= amount
-            freed[i] += amount
+        i = ALLOCATION + pool
+        current[ALLOCATION] -= 1
+        current[i] -= 1
+        freed[ALLOCATION] += 1
+        freed[i] += 1
+        i = ALLOCATED_BYTES + pool
+        current[ALLOCATED_BYTES] -= size
+        current[i] -= size
+        freed[ALLOCATED_BYTES] += size
+        freed[i] += size
+        i = REQUESTED_BYTES + pool
+        current[REQUESTED_BYTES] -= requested
+        current[i] -= requested
+        freed[REQUESTED_BYTES] += requested
+        freed[i] += requested
 
     def change_pair(self, pool: int, count_stat: int, bytes_stat: int, sign: int, size: int) -> None:
         """increase (sign 1) or decrease (sign -1) of (count_stat, 1), (bytes_stat, size)."""

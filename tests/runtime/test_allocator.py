@@ -378,3 +378,31 @@ def test_reset_accumulated_zeroes_counters_not_current_values(rt):
     assert s["allocation.all.current"] == 1 and s["allocated_bytes.all.current"] == 4096
     rt.free(0, keep)
     assert stats(rt)["allocation.all.freed"] == 1
+
+
+def test_the_unrolled_statistics_updates_equal_the_general_ones():
+    """Stats.on_malloc and on_free (the hot path, unrolled) change every statistic exactly as
+    increase and decrease do with the changes their docstrings name, peaks included."""
+    from hypothesis import given, settings, strategies as st
+    from runtime.allocator import (ACTIVE, ACTIVE_BYTES, ALLOCATED_BYTES, ALLOCATION, REQUESTED_BYTES,
+                                   Stats)
+
+    def fields(s):
+        return s.current, s.peak, s.allocated, s.freed
+
+    step = st.tuples(st.booleans(), st.sampled_from([1, 2]), st.integers(1, 1 << 30), st.integers(1, 1 << 30))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(step, max_size=12))
+    def check(steps):
+        fast, general = Stats(), Stats()
+        for is_malloc, pool, size, nbytes in steps:
+            if is_malloc:
+                fast.on_malloc(pool, size, nbytes)
+                general.increase(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, size), (ACTIVE, 1),
+                                        (ACTIVE_BYTES, size), (REQUESTED_BYTES, nbytes)))
+            else:
+                fast.on_free(pool, size, nbytes)
+                general.decrease(pool, ((ALLOCATION, 1), (ALLOCATED_BYTES, size), (REQUESTED_BYTES, nbytes)))
+            assert fields(fast) == fields(general)
+    check()
