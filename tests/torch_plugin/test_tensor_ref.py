@@ -3,7 +3,8 @@
 - ``device_ref`` (the C++ core's ``_tensor_ref``) builds the same TensorRef as the Python
   definition it replaces (``_device_ref_py``), for every layout a kernel meets: contiguous,
   strided, offset, expanded, 0-dim, empty, each storable dtype, explicit shape and strides,
-  and a CPU tensor (device -1); an unknown dtype raises the same KeyError.
+  and a CPU tensor (device -1); an unknown dtype raises the same KeyError, a tensor without
+  storage the same RuntimeError, and a failed call keeps no reference to its arguments.
 - ``binary_refs`` answers the binary ops' common case only: both descriptors for two emu tensors
   of one floating dtype, shape and device with elements (in place: a contiguous and sharing no
   storage with b), None for everything else, so the Python paths still decide those; the ops
@@ -64,6 +65,18 @@ def test_device_ref_of_a_cpu_tensor_and_of_an_unknown_dtype():
     assert core_error.value.args == python_error.value.args
     with pytest.raises(TypeError, match="device_ref"):
         device_ref("not a tensor")
+
+
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+def test_device_ref_of_a_tensor_without_storage_raises_as_python_does_and_leaks_nothing():
+    import sys
+    sparse = torch.sparse_coo_tensor([[0, 1]], [1.0, 2.0], (3,))
+    shape, strides = (7, 8), (8, 1)
+    before = sys.getrefcount(shape), sys.getrefcount(strides)
+    for build in (device_ref, _device_ref_py):
+        with pytest.raises(RuntimeError, match="doesn't have storage"):
+            build(sparse, shape, strides)
+    assert (sys.getrefcount(shape), sys.getrefcount(strides)) == before
 
 
 def test_binary_refs_answers_the_common_case():

@@ -35,38 +35,38 @@ PyObject* int_tuple(c10::IntArrayRef values) {
   return tuple;
 }
 
-// TensorRef(False, device, data_ptr, code, shape, strides): shape and strides are new references
-// (stolen) or nullptr (read from the tensor). nullptr with a Python error set on failure.
+// TensorRef(False, device, data_ptr, code, shape, strides): shape and strides are borrowed, or
+// nullptr (read from the tensor). nullptr with a Python error set on failure. What can throw (the
+// tensor's reads) comes before any Python object is made, so an error leaks nothing.
 PyObject* make_ref(const at::Tensor& t, PyObject* shape, PyObject* strides) {
   if (ref_type == nullptr) {
-    Py_XDECREF(shape);
-    Py_XDECREF(strides);
     PyErr_SetString(PyExc_RuntimeError, "emu: _set_tensor_ref was not called (torch_plugin.ops._common does)");
     return nullptr;
   }
   PyObject* code = codes[static_cast<size_t>(t.scalar_type())];
   if (code == nullptr) {  // as TO_CODE[t.dtype] does in Python
-    Py_XDECREF(shape);
-    Py_XDECREF(strides);
     PyErr_SetObject(PyExc_KeyError, reinterpret_cast<PyObject*>(torch::getTHPDtype(t.scalar_type())));
     return nullptr;
   }
   const c10::Device device = t.device();
-  PyObject* items[6] = {nullptr, nullptr, nullptr, nullptr, shape, strides};
+  const uintptr_t address = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const c10::IntArrayRef sizes = shape == nullptr ? t.sizes() : c10::IntArrayRef();
+  const c10::IntArrayRef steps = strides == nullptr ? t.strides() : c10::IntArrayRef();
+  PyObject* items[6] = {Py_False, nullptr, nullptr, code, shape, strides};
+  Py_INCREF(Py_False);
+  Py_INCREF(code);
+  Py_XINCREF(shape);
+  Py_XINCREF(strides);
   items[1] = PyLong_FromLong(device.is_cpu() ? -1 : static_cast<long>(device.index()));
-  items[2] = PyLong_FromUnsignedLongLong(reinterpret_cast<uintptr_t>(t.data_ptr()));
-  if (shape == nullptr) items[4] = int_tuple(t.sizes());
-  if (strides == nullptr) items[5] = int_tuple(t.strides());
+  items[2] = PyLong_FromUnsignedLongLong(address);
+  if (shape == nullptr) items[4] = int_tuple(sizes);
+  if (strides == nullptr) items[5] = int_tuple(steps);
   PyObject* ref = nullptr;
   if (items[1] && items[2] && items[4] && items[5]) ref = ref_type->tp_alloc(ref_type, 6);
   if (ref == nullptr) {
     for (PyObject* item : items) Py_XDECREF(item);
     return nullptr;
   }
-  Py_INCREF(Py_False);
-  items[0] = Py_False;
-  Py_INCREF(code);
-  items[3] = code;
   for (Py_ssize_t i = 0; i < 6; ++i) PyTuple_SET_ITEM(ref, i, items[i]);
   return ref;
 }
@@ -112,8 +112,6 @@ PyObject* tensor_ref(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nar
   }
   PyObject* shape = nargs > 1 && args[1] != Py_None ? args[1] : nullptr;
   PyObject* strides = nargs > 2 && args[2] != Py_None ? args[2] : nullptr;
-  Py_XINCREF(shape);
-  Py_XINCREF(strides);
   return make_ref(THPVariable_Unpack(args[0]), shape, strides);
   END_HANDLE_TH_ERRORS
 }
