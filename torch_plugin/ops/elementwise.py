@@ -85,6 +85,11 @@ def _immediate(t):
     return t
 
 
+_Tensor = torch.Tensor
+_is_alias_of = torch._C._is_alias_of
+_INPLACE_NAMES = {op: f"aten::{op}_" for op in ("add", "sub", "mul", "div")}
+
+
 _IN_PLACE = 1  # binary_refs' flags (csrc/tensor_ref.cpp)
 _NO_REDUCED_0DIM = {"mul": 2, "div": 2}
 
@@ -93,8 +98,9 @@ def _binary(op: str, a, b, alpha=1, out=None):
     # The common case first, in as few Python operations as possible (it runs on every step of a
     # training loop): two emu tensors of one floating dtype, one shape and one device, functional
     # or in place. Its result dtype is theirs, with no scalar, cast, broadcast or alpha rule to
-    # apply. binary_refs decides it in C++ and builds both descriptors; everything else (no
-    # elements, operands that could overlap, scalars, broadcasting, casts) takes the general path.
+    # apply; everything else takes the general path below. binary_refs decides it in C++ and
+    # builds both descriptors; it answers None for a case with no elements or one that could
+    # overlap, which the Python test below takes.
     if out is None:
         refs = binary_refs(a, b, _NO_REDUCED_0DIM.get(op, 0))
         if refs is not None:
@@ -109,6 +115,20 @@ def _binary(op: str, a, b, alpha=1, out=None):
             ref_a, ref_b = refs  # out is a: one descriptor serves both
             device = ref_a[1]
             rt().launch("binary", (op, ref_a, ref_a, ref_b, ref_a[3], alpha), current_stream(device))
+            return out
+    if (isinstance(a, _Tensor) and isinstance(b, _Tensor) and (out is None or out is a)
+            and a.dtype is b.dtype and a.dtype in FLOATING and a.shape == b.shape):
+        device = a.get_device()
+        if device >= 0 and device == b.get_device() and not (
+                a.dtype in _REDUCED_FLOAT and op in ("mul", "div") and b.dim() == 0):
+            if out is None:
+                out = empty_like_layout(a.shape, a.dtype, device, a, b)
+            elif not out.is_contiguous() or _is_alias_of(b, out):
+                check_overlap(_INPLACE_NAMES[op], out, b)  # only then can out overlap itself or b
+            if out.numel():
+                ref = device_ref(a)  # in place, out is a: one descriptor serves both
+                rt().launch("binary", (op, ref if out is a else device_ref(out), ref, device_ref(b),
+                                       TO_CODE[a.dtype], alpha), current_stream(device))
             return out
     return _binary_general(op, a, b, alpha, out)
 
