@@ -38,18 +38,28 @@ def _free_port() -> int:
 
 def torchrun(args, nproc: int = 2, mode: str = "projection", preset: str = "h200x8", timeout: float = 240):
     """``python -m torch.distributed.run --nproc-per-node N args``; the CompletedProcess (stdout and
-    stderr together). A hung job fails the test with its output."""
+    stderr together). A hung job fails the test with its output. The rendezvous port is picked free
+    and closed before torchrun binds it, so another process (the other xdist worker's job) can take
+    it first: a job that failed only because its address was in use runs again on a new port."""
     env = {**os.environ, "EMU_MODE": mode, "EMU_PRESET": preset, "OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-W", "ignore", "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--monitor-interval=0.5",
-           *map(str, args)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired as err:
-        pytest.fail(f"torchrun job hung (killed after {timeout} s): {' '.join(cmd)}\n{err.stdout}")
+    for attempt in range(3):
+        cmd = [sys.executable, "-W", "ignore", "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", "--monitor-interval=0.5",
+               *map(str, args)]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as err:
+            pytest.fail(f"torchrun job hung (killed after {timeout} s): {' '.join(cmd)}\n{err.stdout}")
+        if proc.returncode == 0 or not _address_in_use(proc.stdout):
+            return proc
     return proc
+
+
+def _address_in_use(output: str) -> bool:
+    text = output.lower()
+    return "address already in use" in text or "eaddrinuse" in text
 
 
 def cli(tmp_path, *args, nproc: int = 2) -> dict:
