@@ -6,7 +6,11 @@ imported by pytest before any test module, so the small ``tiny`` preset
 (fast power-on, 64 MiB per device) is the default for test runs; set
 ``EMU_PRESET`` explicitly to run the suite against another preset.
 """
+import gc
 import os
+import sys
+
+import pytest
 
 os.environ.setdefault("EMU_PRESET", "tiny")
 
@@ -36,6 +40,17 @@ if _isa in CPU_CAPS:
 def pytest_report_header(config):
     caps = ", ".join(f"{name}={os.environ.get(name, '(unset)')}" for name in CAP_VARIABLES)
     return f"EMU_CPU_ISA={os.environ.get('EMU_CPU_ISA') or '(unset: the best the host has)'}; CPU reference: {caps}"
+
+
+@pytest.hookimpl(trylast=True)   # after the test's fixtures are torn down
+def pytest_runtest_teardown(item, nextitem):
+    # A test that injected a fault can leave poisoned allocations alive in garbage (a traceback's
+    # frames hold the tensors) until the cycle collector runs, which may be many tests later; a
+    # poisoned allocation refuses every compiled-graph capture meanwhile (Runtime.replay_allowed).
+    # Collected here, so a later test does not depend on which tests its worker ran before it.
+    runtime = sys.modules.get("runtime")
+    if runtime is not None and runtime.is_initialized() and not runtime.get_runtime().replay_allowed():
+        gc.collect()
 
 
 # The zoo's per-model summary (tests/zoo/conftest.py's ``zoo_report``): its lines travel as the test

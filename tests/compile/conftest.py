@@ -4,25 +4,18 @@ import gc
 import pytest
 import torch
 
-import runtime
 import torch_plugin  # noqa: F401
 from torch_plugin.compile import reset_compile_stats
 
 
 @pytest.fixture
 def fresh_dynamo():
-    """A clean dynamo cache and compile counters for the test, with no poisoned allocation left
-    over in another test's garbage. Afterwards the compiled graphs go,
+    """A clean dynamo cache and compile counters for the test. Afterwards the compiled graphs go,
     and so do the reference cycles among them (FX modules, guards, saved tensors): collected now,
     so the device memory they hold is free for the tests that follow (Python's collector does not
     see device memory, so it would run too late)."""
     torch._dynamo.reset()
     reset_compile_stats()
-    if not runtime.get_runtime().replay_allowed():
-        # Poisoned allocations refuse every capture. An earlier test's injected fault can leave
-        # some alive in garbage (a traceback's frames hold the tensors) until the cycle collector
-        # runs; under pytest-xdist that made the first replay test in a worker capture nothing.
-        gc.collect()
     yield
     torch._dynamo.reset()
     gc.collect()
