@@ -38,6 +38,10 @@ bool bridge_usable() noexcept;
 // C++, the hot path of every op) to the module.
 void add_tensor_ref_functions(PyObject* module);
 
+// Adds _impl_typed (trampoline.cpp: typed dispatcher entry points into the Python kernels of the
+// binary arithmetic ops) to the module.
+void add_trampoline_functions(PyObject* module);
+
 // The registered bridge; raises a clear error when none is registered.
 // Caller must hold the GIL.
 pybind11::object& bridge();

@@ -90,6 +90,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The emu tensor's backend metadata tags ({name: bool}).");
 
   emu::add_tensor_ref_functions(m.ptr());
+  emu::add_trampoline_functions(m.ptr());
 
   m.def("_is_pinned_ptr", [](uint64_t ptr) { return emu::is_pinned_ptr(emu::va_ptr(ptr)); },
         py::arg("ptr"));

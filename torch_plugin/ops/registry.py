@@ -34,6 +34,7 @@ PATHS = (NATIVE, COMPOSITE, DECOMPOSITION, HOST_FALLBACK, REJECTION)
 _counts: dict[str, Counter] = {path: Counter() for path in (*PATHS, HOST_FALLBACK_COPIES)}
 _counts_lock = threading.Lock()
 _libraries = []  # keep Library objects alive, or their registrations vanish
+TYPED: dict = {}  # {aten overload: kernel} of the ops registered through a typed C++ entry point
 # The telemetry blocks active now (torch_plugin.telemetry.Telemetry), or None. The only thing the
 # hot path reads for telemetry: one module-global load per op while no block is active.
 _observers: tuple | None = None
@@ -316,8 +317,15 @@ def register_all() -> None:
     impl = torch.library.Library("aten", "IMPL")
     absent = _compat.aten_ops_absent(torch.__version__)   # aten ops this torch no longer defines
     natives = {name: fn for name, fn in native_kernels().items() if name not in absent}
+    from torch_plugin import _C
     for name, fn in natives.items():
-        impl.impl(name, _guarded(name, _native(name, fn)), "PrivateUse1")
+        kernel = _guarded(name, _native(name, fn))
+        # The binary arithmetic ops enter through a typed C++ entry point (csrc/trampoline.cpp):
+        # the same kernel, without torch's boxed argument conversion on every call.
+        if _C._impl_typed(name, kernel):
+            TYPED[name] = kernel
+        else:
+            impl.impl(name, kernel, "PrivateUse1")
     # Decompositions only for ops without a kernel, and only where every op they produce has a
     # device path (ops/decompositions.py decides which rows are active).
     for name, fn in decompositions.active(natives).items():
