@@ -140,3 +140,45 @@ def test_token_times_follow_the_modelled_clock(llama_pair):
         assert r.token_ns[-1] < (i + 1) * gap
     steps = [manager.results[f"r{i}"].tpot_ns for i in range(3)]
     assert max(steps) == pytest.approx(min(steps), rel=0.05)   # the same decode step each time
+
+
+class _Clock:
+    """A host clock on its own: ``advance_host_time`` sets it to exactly its argument."""
+
+    def __init__(self, now_ns: float):
+        self.now_ns = now_ns
+
+    def host_time_ns(self) -> float:
+        return self.now_ns
+
+    def advance_host_time(self, t_ns: float) -> float:
+        waited = max(0.0, t_ns - self.now_ns)
+        self.now_ns = max(self.now_ns, t_ns)
+        return waited
+
+
+class _IdleProcessor:
+    class cache:   # noqa: N801  (what _admit reads of the cache)
+        num_blocks = 8
+
+    def has_pending_requests(self) -> bool:
+        return False
+
+
+def test_an_idle_engine_admits_the_arrival_it_advanced_to_whatever_the_start_time(llama_pair):
+    """The idle engine sets the host clock to start + arrival; the request then counts as arrived
+    even where (start + arrival) - start rounds below arrival (a start of 2**22 + 1 ulp and 5 ms:
+    the engine used to compare that difference and waited for the request forever)."""
+    _, emu = llama_pair
+    start = 2.0 ** 22 + 2.0 ** -30
+    gap = 5e6
+    assert (start + gap) - start < gap   # the rounding this start brings
+    requests = [engine.Request("r0", [3, 4, 5], 2), engine.Request("r1", [6, 7], 2, arrival_ns=gap)]
+    manager = engine.ClockedManager(emu, GREEDY, engine.cb_config(num_blocks=8, page_size=8), requests)
+    manager.rt = _Clock(start)
+    processor = _IdleProcessor()
+    manager._admit(processor)   # r0 arrives at the start
+    assert manager.input_queue.get_nowait().request_id == "r0" and manager.input_queue.empty()
+    manager._admit(processor)   # idle: the clock moves to r1's arrival, which is admitted
+    assert manager.rt.now_ns == start + gap
+    assert manager.input_queue.get_nowait().request_id == "r1"

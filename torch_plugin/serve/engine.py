@@ -131,15 +131,24 @@ class ClockedManager(ContinuousBatchingManager):
     def _now(self) -> float:
         return self.rt.host_time_ns() - self.start_ns
 
+    def _arrival_time(self, request: Request) -> float:
+        return self.start_ns + request.arrival_ns
+
+    def _arrived(self, request: Request) -> bool:
+        # On the host clock itself, the same sum the idle engine advances to: ``now - start_ns``
+        # can round below an arrival the clock was just set to (start + 5e6 - start < 5e6 for a
+        # start whose last bit the sum drops), and the engine then waited for it forever.
+        return self.rt.host_time_ns() >= self._arrival_time(request)
+
     def _admit(self, batch_processor) -> None:
         if self.start_ns is None:
             self.start_ns = self.rt.host_time_ns()
         idle = not batch_processor.has_pending_requests() and self.input_queue.empty()
-        if idle and self._next < len(self._pending) and self._pending[self._next].arrival_ns > self._now():
-            self.rt.advance_host_time(self.start_ns + self._pending[self._next].arrival_ns)
+        if idle and self._next < len(self._pending) and not self._arrived(self._pending[self._next]):
+            self.rt.advance_host_time(self._arrival_time(self._pending[self._next]))
         cache = batch_processor.cache
         capacity = cache.num_blocks * self.continuous_batching_config.page_size   # tokens
-        while self._next < len(self._pending) and self._pending[self._next].arrival_ns <= self._now():
+        while self._next < len(self._pending) and self._arrived(self._pending[self._next]):
             request = self._pending[self._next]
             self._next += 1
             need = len(request.prompt) + request.max_new_tokens
