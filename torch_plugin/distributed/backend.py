@@ -254,6 +254,16 @@ class _Done(Work):
         return self._result
 
 
+class _Released:
+    """Stands for an inner gloo group after the process group was shut down or aborted."""
+
+    def __init__(self, group_id: str, how: str):
+        self._what = f"emu backend: process group {group_id!r} was {how} (destroy_process_group); it runs no collectives"
+
+    def __getattr__(self, name):
+        raise RuntimeError(self._what)
+
+
 class EmuProcessGroup(dist.ProcessGroup):
     """The ``emu`` backend of one process group (see the module docstring)."""
 
@@ -295,6 +305,24 @@ class EmuProcessGroup(dist.ProcessGroup):
     @property
     def supports_splitting(self) -> bool:
         return False
+
+    # -- teardown ------------------------------------------------------------
+    def shutdown(self) -> None:
+        """``destroy_process_group`` calls it: the inner gloo groups are released now, so their
+        worker threads are joined while the interpreter is alive (gloo's own ``shutdown`` keeps
+        them; left to interpreter finalization, a worker that takes the GIL is ended there and the
+        process aborts with "terminate called without an active exception")."""
+        self._release("shut down")
+
+    def abort(self) -> None:
+        self._release("aborted")
+
+    def _release(self, how: str) -> None:
+        for name in ("_gloo", "_clock"):
+            inner = getattr(self, name)
+            if not isinstance(inner, _Released):
+                setattr(self, name, _Released(self._group_id, how))
+                del inner   # the last reference: ~ProcessGroupGloo joins its threads here
 
     # -- bookkeeping ---------------------------------------------------------
     def _enter(self, op: str) -> int:
