@@ -69,6 +69,43 @@ class KernelStats:
         self.energy_j, self.throttled = 0.0, 0   # joules; commands the power cap slowed down
 
 
+class Trace:
+    """The firmware's command trace: its last ``entries`` records, oldest first. Each is kept as
+    the references the command's booked work already holds, in the order ``_complete`` appends
+    them, and becomes an ``abi.TraceEntry`` when read (iteration, ``reversed``, ``list``): the
+    20-field record, its cycle count and the eviction of a full trace's oldest one cost every
+    command otherwise."""
+
+    __slots__ = ("_records", "append", "_device", "_clock_ghz")
+
+    def __init__(self, entries: int, device: int, clock_ghz: float, old: "Trace | None" = None):
+        self._records = deque(old._records if old is not None else (), maxlen=entries)
+        self.append = self._records.append
+        self._device = device
+        self._clock_ghz = clock_ghz
+
+    def _entry(self, record) -> abi.TraceEntry:
+        ring, seq, start, end, launch_start, launch_end, energy, label, unit, nbytes, flops, static, power = record
+        bound, cores, tiling, engines, dtype = static
+        return _new_tuple(_TRACE_ENTRY, (
+            self._device, ring, seq, label, unit, start, end, nbytes, flops, bound,
+            round((end - start) * self._clock_ghz), cores, tiling, engines, dtype, launch_start, launch_end,
+            energy, power[1], power[2]))
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self):
+        return map(self._entry, self._records)
+
+    def __reversed__(self):
+        return map(self._entry, reversed(self._records))
+
+    @property
+    def maxlen(self) -> int:
+        return self._records.maxlen
+
+
 class FirmwareInstance:
     def __init__(self, device, image: FirmwareImage):
         check_element_types()
@@ -76,7 +113,7 @@ class FirmwareInstance:
         self.env = device.env
         self.image = image
         self.faulted_asids: dict[int, abi.ErrorRecord] = {}
-        self.trace: deque | None = deque(maxlen=TRACE_ENTRIES)
+        self.trace: Trace | None = Trace(TRACE_ENTRIES, device.index, device.config.clock_ghz)
         self.kernel_stats: dict[str, KernelStats] = {}
         self.commands_executed = 0
         self._resolved = LRUCache(_RESOLVED_ENTRIES)  # TensorDescriptor -> (MMU generation, Operand)
@@ -115,8 +152,8 @@ class FirmwareInstance:
         """Keeps the last ``entries`` trace records (the newest ones are kept); 0 switches it off."""
         if entries < 0:
             raise ValueError(f"trace entries must be >= 0, got {entries}")
-        old = self.trace or ()
-        self.trace = deque(old, maxlen=entries) if entries else None
+        old = self.trace
+        self.trace = Trace(entries, self.device.index, self._clock_ghz, old) if entries else None
 
     def trace_entries(self) -> list:
         return list(self.trace) if self.trace is not None else []
@@ -256,12 +293,9 @@ class FirmwareInstance:
             dynamic, static_w, clock_ghz, throttled = power
             energy = dynamic + static_w * (end - start) * 1e-9
             trace = self.trace
-            if trace is not None:
-                bound, cores, tiling, engines, dtype = static
-                trace.append(_new_tuple(_TRACE_ENTRY, (
-                    self.device.index, ring.ring_id, command.seq, label, unit, start, end, nbytes, flops,
-                    bound, round((end - start) * self._clock_ghz), cores, tiling, engines, dtype,
-                    launch_start, launch_end, energy, static_w, clock_ghz)))
+            if trace is not None:  # compact: made into an abi.TraceEntry when read (Trace)
+                trace.append((ring.ring_id, command.seq, start, end, launch_start, launch_end, energy,
+                              label, unit, nbytes, flops, static, power))
             if unit != "dma" and unit != "interconnect":
                 self._hbm_bytes += nbytes
             stats = self.kernel_stats.get(label)
