@@ -23,8 +23,12 @@ class CommandRing:
         self.ring_id = ring_id
         self.entries = entries
         self._slots: deque = deque()
+        # Each event with its own "triggered" flag: SimPy's Event.triggered is a Python property,
+        # and push and read (every command) test it.
         self._doorbell = env.event()
+        self._rung = False
         self._space = env.event()
+        self._space_freed = False
         self._space_needed = 1
         self.submitted = 0
         self.consumed = 0
@@ -45,32 +49,36 @@ class CommandRing:
             return False
         slots.append(command)
         self.submitted += 1
-        doorbell = self._doorbell
-        if not doorbell.triggered:
-            doorbell.succeed()
+        if not self._rung:
+            self._rung = True
+            self._doorbell.succeed()
         return True
 
     def ring_doorbell(self) -> None:
-        if not self._doorbell.triggered:
+        if not self._rung:
+            self._rung = True
             self._doorbell.succeed()
 
     def doorbell(self):
         """Event the firmware waits on while the ring is empty."""
-        if self._doorbell.triggered:
+        if self._rung:
             self._doorbell = self.env.event()
+            self._rung = False
         return self._doorbell
 
     def read(self):
         command = self._slots.popleft()
         self.consumed += 1
-        if not self._space.triggered and self.entries - len(self._slots) >= self._space_needed:
+        if not self._space_freed and self.entries - len(self._slots) >= self._space_needed:
+            self._space_freed = True
             self._space.succeed()
         return command
 
     def space_available(self, min_free: int = 1):
         """Event that fires once the firmware has freed ``min_free`` slots."""
-        if self._space.triggered:
+        if self._space_freed:
             self._space = self.env.event()
+            self._space_freed = False
         self._space_needed = min_free
         return self._space
 
