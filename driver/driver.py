@@ -14,7 +14,6 @@ import itertools
 import logging
 import threading
 from collections import namedtuple
-from math import prod
 
 from driver.errors import DriverError, DriverStatus, FirmwareRecordError, InternalErrorRecordError, describe_record
 from driver.firmware_loader import load_and_check

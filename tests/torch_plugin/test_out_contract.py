@@ -158,6 +158,27 @@ def test_inplace_op_never_resizes_self_even_when_empty():
     assert self_.shape == (0, 1, 3)
 
 
+def test_a_kernel_that_resizes_self_in_place_is_reported_as_an_internal_error():
+    """The registry wrapper of an in-place overload checks the rule itself (a kernel bug: the
+    error says so and names the overload); a kernel that keeps the shape passes through."""
+    from torch_plugin.errors import EmuInternalError
+    from torch_plugin.ops import registry
+
+    def resizing(a, b, *, alpha=1):
+        return a.resize_(a.numel() + 1)
+
+    bad = registry._wrap("add_.Tensor", resizing, inplace="add_.Tensor")
+    a = torch.zeros(3, device="emu")
+    with pytest.raises(EmuInternalError, match=r"add_.Tensor changed the shape of self from \[3\] to \[4\]"):
+        bad(a, a)
+    fine = registry._wrap("add_.Tensor", lambda a, b, *, alpha=1: a.add_(b), inplace="add_.Tensor")
+    b = torch.ones(3, device="emu")
+    assert fine(b, b) is b and b.cpu().tolist() == [2.0] * 3
+    # The registered add_ is such a wrapper (through the typed entry point, registry.TYPED).
+    assert registry.TYPED["add_.Tensor"].__closure__ is not None
+    assert "inplace" in registry.TYPED["add_.Tensor"].__code__.co_freevars
+
+
 def test_where_resizes_a_wrong_shaped_out_with_cpu_warning():
     cond = torch.tensor([True, False, True], device="emu")
     out = torch.empty(5, device="emu")

@@ -99,6 +99,39 @@ def test_op_stats_has_every_path_and_resets():
     assert torch.emu.op_stats() == {p: {} for p in ALL_PATHS}
 
 
+def test_ops_of_several_threads_are_each_counted_while_stats_are_read():
+    """Each thread counts into its own table (no lock on the hot path); op_stats sums them, also
+    while the threads still run, and a reset sets the baseline for every thread."""
+    import threading
+    a, b = torch.ones(4, device="emu"), torch.ones(4, device="emu")
+    torch.emu.reset_op_stats()
+    start = threading.Barrier(3)
+
+    def work(x):
+        start.wait()
+        for _ in range(300):
+            x.mul_(1.0)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in (a, b)]
+    for t in threads:
+        t.start()
+    start.wait()
+    seen = []
+    while any(t.is_alive() for t in threads):
+        seen.append(torch.emu.op_stats()["native"].get("aten::mul_.Tensor", 0))
+    for t in threads:
+        t.join()
+    assert seen == sorted(seen)   # never lost, never counted twice on the way
+    assert torch.emu.op_stats()["native"]["aten::mul_.Tensor"] == 600
+    torch.emu.reset_op_stats()
+    assert torch.emu.op_stats()["native"] == {}
+    other = threading.Thread(target=lambda: a.mul_(1.0))   # a thread counting for the first time
+    other.start()
+    a.mul_(1.0)
+    other.join()
+    assert torch.emu.op_stats()["native"]["aten::mul_.Tensor"] == 2
+
+
 def test_native_op_is_counted_once():
     a = emu(make(torch.float32, (3, 4), 1))
     torch.emu.reset_op_stats()

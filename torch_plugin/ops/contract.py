@@ -316,6 +316,14 @@ def _resize_output(t: torch.Tensor, shape) -> None:
     t.resize_(shape)
 
 
+def resized_self(qualified: str, before, after):
+    """The error of an in-place kernel that resized self (a bug of the emulator's kernel)."""
+    from torch_plugin.errors import EmuInternalError
+    return EmuInternalError(f"internal error in the emu emulator (a bug, not a fault of your program): "
+                            f"{qualified} changed the shape of self from {list(before)} to {list(after)}; "
+                            f"an in-place op never resizes self", 999, "operation")
+
+
 def guarded(op, contract: OverloadContract, kernel):
     """``kernel`` with ``contract`` checked around it."""
     if contract.out_names:
@@ -332,10 +340,7 @@ def guarded(op, contract: OverloadContract, kernel):
         shape = self.shape
         result = kernel(*args, **kwargs)
         if self.shape != shape:
-            from torch_plugin.errors import EmuInternalError
-            raise EmuInternalError(f"internal error in the emu emulator (a bug, not a fault of your program): "
-                                   f"{contract.qualified} changed the shape of self from {list(shape)} to "
-                                   f"{list(self.shape)}; an in-place op never resizes self", 999, "operation")
+            raise resized_self(contract.qualified, shape, self.shape)
         return result
     checked_inplace.__name__ = getattr(kernel, "__name__", "emu_kernel")
     return checked_inplace

@@ -31,7 +31,11 @@ REJECTION = "rejection"
 # they belong to the fallback's path, not to "native".
 HOST_FALLBACK_COPIES = "host_fallback_copies"
 PATHS = (NATIVE, COMPOSITE, DECOMPOSITION, HOST_FALLBACK, REJECTION)
-_counts: dict[str, Counter] = {path: Counter() for path in (*PATHS, HOST_FALLBACK_COPIES)}
+# Op counts: each thread counts into a dict of its own ({(path, op): n}, only ever growing), with
+# no lock on the hot path; op_stats() sums them (a dict's copy is atomic under the GIL) and
+# reset_op_stats() sets the baseline the sums are read against.
+_thread_counts: list[dict] = []
+_baseline: dict = {}
 _counts_lock = threading.Lock()
 _libraries = []  # keep Library objects alive, or their registrations vanish
 TYPED: dict = {}  # {aten overload: kernel} of the ops registered through a typed C++ entry point
@@ -46,24 +50,43 @@ class _ThreadState(threading.local):
     in_fallback = False   # the host fallback is copying operands or results (see in_host_fallback())
     records = ()          # telemetry: the op records open on this thread (outermost first)
 
+    def __init__(self):   # runs once in each thread, at its first use
+        self.counts = {}  # {(path, op): n}: this thread's op counts
+        with _counts_lock:
+            _thread_counts.append(self.counts)
+
 
 _local = _ThreadState()
 
 
 def count(op: str, path: str) -> None:
+    counts = _local.counts
+    key = (path, op)
+    counts[key] = counts.get(key, 0) + 1
+
+
+def _totals() -> Counter:
     with _counts_lock:
-        _counts[path][op] += 1
+        per_thread = list(_thread_counts)
+    totals = Counter()
+    for counts in per_thread:
+        totals.update(counts.copy())
+    return totals
 
 
 def op_stats() -> dict:
-    with _counts_lock:
-        return {path: dict(c) for path, c in _counts.items()}
+    out = {path: {} for path in (*PATHS, HOST_FALLBACK_COPIES)}
+    baseline = _baseline
+    for (path, op), n in _totals().items():
+        n -= baseline.get((path, op), 0)
+        if n:
+            out[path][op] = n
+    return out
 
 
 def reset_op_stats() -> None:
-    with _counts_lock:
-        for c in _counts.values():
-            c.clear()
+    global _baseline
+    _baseline = dict(_totals())
 
 
 def mark_fell_back() -> None:
@@ -217,18 +240,20 @@ def _cpu_can_run(name: str) -> bool:
         qualified, "CompositeExplicitAutograd")
 
 
-def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
+def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None, inplace: str | None = None):
     """Wraps a kernel so each call is counted under ``path`` and runtime errors surface as torch
     errors. A kernel that hands its op to the host fallback is counted there instead; a kernel
     that rejects its op (NotImplementedError, HostFallbackError) is counted under "rejection".
-    ``op``: the counted name (default ``aten::<name>``; custom operators pass their own)."""
+    ``op``: the counted name (default ``aten::<name>``; custom operators pass their own).
+    ``inplace``: an in-place overload's qualified name; the wrapper then checks the contract's
+    rule that the kernel never resizes self (ops/contract.py; here rather than in a second
+    wrapper, a frame and an argument pass less on every in-place op)."""
     import runtime
     from torch_plugin.errors import HostFallbackError, UnsupportedDtypeError, translate
+    from torch_plugin.ops.contract import resized_self
     aten_op = op is None
     op = op or f"aten::{name}"
-    counter = _counts[path]
-    copies = _counts[HOST_FALLBACK_COPIES]
-    rejected = _counts[REJECTION]
+    path_key, copies_key, rejected_key = (path, op), (HOST_FALLBACK_COPIES, op), (REJECTION, op)
 
     # One flat wrapper (it runs on every op: each frame costs), the same logic whether a telemetry
     # block is open (``record``: the op record it fills) or not. Exactly one path is counted per op
@@ -236,6 +261,8 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
     def kernel(*args, **kwargs):
         local = _local
         before = local.fallbacks
+        if inplace is not None:
+            shape = args[0].shape
         record = None if _observers is None else begin_op(op, args, kwargs)
         try:
             try:
@@ -252,8 +279,8 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
             path_taken = None
             if local.fallbacks == before:  # the kernel rejected its op (its own fallback counted it otherwise)
                 path_taken = REJECTION
-                with _counts_lock:
-                    rejected[op] += 1
+                counts = local.counts
+                counts[rejected_key] = counts.get(rejected_key, 0) + 1
             else:
                 local.fallbacks = before
             if record is not None:
@@ -265,31 +292,39 @@ def _wrap(name: str, fn, path: str = NATIVE, op: str | None = None):
             raise
         if local.fallbacks == before:  # no host fallback ran for this op instance
             in_fallback = local.in_fallback
-            with _counts_lock:
-                (copies if in_fallback else counter)[op] += 1
+            key = copies_key if in_fallback else path_key
+            counts = local.counts
+            counts[key] = counts.get(key, 0) + 1
             if record is not None:
                 end_op(record, HOST_FALLBACK_COPIES if in_fallback else path)
         else:
             local.fallbacks = before  # this op ran on the host; an enclosing op still counts its own path
             if record is not None:
                 end_op(record, None)
+        if inplace is not None and args[0].shape != shape:
+            raise resized_self(inplace, shape, args[0].shape)
         return result
     kernel.__name__ = f"emu_{name.replace('.', '_')}"
     return kernel
 
 
-def _guarded(name: str, kernel):
-    """``kernel`` behind the out= / in-place contract of its overload (ops/contract.py), checked
-    before it launches; overloads that write nothing but their result are returned as they are."""
+def _guarded(name: str, fn, path: str):
+    """``fn`` wrapped (_wrap) behind the out= / in-place contract of its overload
+    (ops/contract.py): out= is checked before it launches, in place by the wrapper itself;
+    overloads that write nothing but their result are only wrapped."""
     from torch_plugin.ops import contract
     base, _, overload = name.partition(".")
     op = getattr(getattr(torch.ops.aten, base), overload or "default")
     terms = contract.contract_of(op)
-    return kernel if terms is None else contract.guarded(op, terms, kernel)
+    if terms is None:
+        return _wrap(name, fn, path)
+    if terms.out_names:
+        return contract.guarded(op, terms, _wrap(name, fn, path))
+    return _wrap(name, fn, path, inplace=terms.qualified)
 
 
 def _native(name: str, fn):
-    return _wrap(name, fn, getattr(fn, "_emu_path", NATIVE))
+    return _guarded(name, fn, getattr(fn, "_emu_path", NATIVE))
 
 
 def native_kernels() -> dict:
@@ -319,7 +354,7 @@ def register_all() -> None:
     natives = {name: fn for name, fn in native_kernels().items() if name not in absent}
     from torch_plugin import _C
     for name, fn in natives.items():
-        kernel = _guarded(name, _native(name, fn))
+        kernel = _native(name, fn)
         # The binary arithmetic ops enter through a typed C++ entry point (csrc/trampoline.cpp):
         # the same kernel, without torch's boxed argument conversion on every call.
         if _C._impl_typed(name, kernel):
@@ -329,7 +364,7 @@ def register_all() -> None:
     # Decompositions only for ops without a kernel, and only where every op they produce has a
     # device path (ops/decompositions.py decides which rows are active).
     for name, fn in decompositions.active(natives).items():
-        impl.impl(name, _guarded(name, _wrap(name, fn, DECOMPOSITION)), "PrivateUse1")
+        impl.impl(name, _guarded(name, fn, DECOMPOSITION), "PrivateUse1")
     # Conjugate/negated views reach _copy_from with their bits set; copy_from rejects them
     # clearly instead of recursing through the Conjugate/Negative fallbacks forever.
     impl.impl("_copy_from", torch.library.fallthrough_kernel, "Conjugate")
