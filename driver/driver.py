@@ -323,7 +323,9 @@ class Driver:
             elif kind not in _LAUNCH_ARG_TYPES:
                 raise DriverError(DriverStatus.INVALID_ARGUMENT, f"invalid launch argument {a!r}")
             resolved.append(a)
-        with self.lock:  # _submit, inlined for a launch that fits in the ring
+        lock = self.lock  # _submit, inlined for a launch that fits in the ring (no with: see Runtime.launch)
+        lock.acquire()
+        try:
             seq = next(self._seq)
             command = _new_tuple(_LAUNCH_COMMAND, (_LAUNCH, seq, queue.context.asid, kernel, tuple(resolved)))
             if self._recording is not None:
@@ -334,6 +336,8 @@ class Driver:
                 return seq
             self._submit_written(queue, command)
             return seq
+        finally:
+            lock.release()
 
     def submit_collective(self, queue: Queue, name: str, pairs, not_before_ns: float = 0.0, op: str = "",
                           nbytes: int = 0, ranks: int = 1, nodes: int = 1, hops: int = 1, algorithm: str = "") -> int:
